@@ -1,0 +1,59 @@
+# Two commands: `make run` serves the platform on the embedded servers, `make test` passes every test.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: run test stop services install lint typecheck pytest clean bench evaluate
+
+$(VENV)/bin/python:
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# torch is pinned and installed first: 2.13.0 is a local CPU build here; anything else pulls CUDA.
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+var/secret_key:
+	@mkdir -p var
+	@$(PYTHON) -c "import secrets; print(secrets.token_urlsafe(50))" > var/secret_key
+	@chmod 600 var/secret_key
+
+services: install var/secret_key
+	SECRET_KEY=$$(cat var/secret_key) $(PY) manage.py services start
+	SECRET_KEY=$$(cat var/secret_key) $(PY) manage.py services status
+
+run: services
+	SECRET_KEY=$$(cat var/secret_key) bin/run
+
+stop: install var/secret_key
+	SECRET_KEY=$$(cat var/secret_key) $(PY) manage.py services stop
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install
+	$(VENV)/bin/mypy memory_platform episodes retrieval lifecycle
+
+pytest: install
+	$(VENV)/bin/pytest
+
+test: lint typecheck pytest
+
+bench: services
+	SECRET_KEY=$$(cat var/secret_key) $(PY) manage.py bench ingest
+
+evaluate: services
+	SECRET_KEY=$$(cat var/secret_key) $(PY) manage.py evaluate locomo ../shared/datasets/locomo/locomo-dev.json
+
+clean: stop
+	rm -rf $(VENV)

@@ -1,0 +1,184 @@
+"""The system of record: turns (verbatim), episodes (the unit of memory) and links (DESIGN §2)."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.utils import timezone
+from pgvector.django import HnswIndex, VectorField
+
+from memory_platform.tenancy.models import Tenant
+
+EMBEDDING_DIM = 384
+
+
+class TenantQuerySet(models.QuerySet):
+    def for_tenant(self, tenant: Tenant) -> TenantQuerySet:
+        return self.filter(tenant=tenant)
+
+
+class Layer(models.TextChoices):
+    HOT = "hot"
+    WARM = "warm"
+    COLD = "cold"
+
+
+class State(models.TextChoices):
+    ACTIVE = "active"
+    DORMANT = "dormant"
+    DELETE_CANDIDATE = "delete_candidate"
+    FORGOTTEN = "forgotten"
+
+
+class Role(models.TextChoices):
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    TOOL = "tool"
+    MEMORY = "memory"
+
+
+class LinkKind(models.TextChoices):
+    CONTINUES = "continues"
+    RELATED = "related"
+    REFERENCES = "references"
+    MERGED_INTO = "merged_into"
+
+
+class EpisodeQuerySet(TenantQuerySet):
+    def visible(self) -> EpisodeQuerySet:
+        """What reads may return: everything but forgotten episodes."""
+        return self.exclude(state=State.FORGOTTEN)
+
+
+class Episode(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="episodes")
+    user_id = models.CharField(max_length=200, blank=True, default="")
+    agent_id = models.CharField(max_length=200, blank=True, default="")
+    session_id = models.CharField(max_length=200, blank=True, default="")
+    kind = models.CharField(max_length=50, default="conversation", help_text="event type (seed 000)")
+    title = models.CharField(max_length=200, blank=True, default="")
+    layer = models.CharField(max_length=4, choices=Layer.choices, default=Layer.HOT)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
+    anchor = models.BooleanField(default=False, help_text="never decays, never goes cold (seed 003 §4.6)")
+    tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    first_occurred_at = models.DateTimeField()
+    last_occurred_at = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+    turn_count = models.PositiveIntegerField(default=0)
+
+    # usage (seed 002, 004)
+    access_count = models.PositiveIntegerField(default=0)
+    traverse_count = models.PositiveIntegerField(default=0)
+    last_accessed_at = models.DateTimeField()
+    last_linked_at = models.DateTimeField(null=True, blank=True)
+    stability = models.FloatField(null=True, blank=True, help_text="FSRS-6 stability S (days)")
+    difficulty = models.FloatField(null=True, blank=True, help_text="FSRS-6 difficulty D")
+    last_review_at = models.DateTimeField(null=True, blank=True)
+
+    # content by layer: entities and decisions are kept verbatim in every layer (seed 003 F3)
+    entities = ArrayField(models.CharField(max_length=300), default=list, blank=True)
+    decisions = ArrayField(models.TextField(), default=list, blank=True)
+    summary = models.TextField(blank=True, default="")
+    key_points = ArrayField(models.TextField(), default=list, blank=True)
+    headline = models.CharField(max_length=200, blank=True, default="")
+    keywords = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    restored_at = models.DateTimeField(null=True, blank=True, help_text="unpacked back to hot (seed 001)")
+
+    # search
+    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    search_text = models.TextField(blank=True, default="", help_text="the text of the current layer's shape")
+    search_vector = models.GeneratedField(
+        expression=SearchVector("search_text", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    needs_reindex = models.BooleanField(default=False, help_text="the hot index missed a write (Redis down)")
+
+    raw_chars = models.PositiveIntegerField(default=0)
+    packed_chars = models.PositiveIntegerField(default=0)
+    version = models.PositiveIntegerField(default=1, help_text="optimistic concurrency (seed 001 halt on touch)")
+    forgotten_at = models.DateTimeField(null=True, blank=True)
+    state_before_forget = models.CharField(max_length=16, blank=True, default="")
+
+    objects = EpisodeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ("-last_occurred_at", "-id")
+        indexes = [
+            models.Index(fields=["tenant", "layer", "last_accessed_at"], name="episode_tenant_layer_access"),
+            models.Index(fields=["tenant", "session_id"], name="episode_tenant_session"),
+            models.Index(fields=["tenant", "kind"], name="episode_tenant_kind"),
+            models.Index(fields=["tenant", "state"], name="episode_tenant_state"),
+            GinIndex(fields=["search_vector"], name="episode_search_vector"),
+            HnswIndex(
+                name="episode_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=~models.Q(anchor=True, layer=Layer.COLD), name="episode_anchor_never_cold"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(last_occurred_at__gte=models.F("first_occurred_at")),
+                name="episode_occurred_ordered",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.title or self.kind}"
+
+
+class Turn(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="turns")
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="turns")
+    user_id = models.CharField(max_length=200, blank=True, default="")
+    agent_id = models.CharField(max_length=200, blank=True, default="")
+    session_id = models.CharField(max_length=200, blank=True, default="")
+    seq = models.PositiveIntegerField(help_text="position in its session")
+    role = models.CharField(max_length=10, choices=Role.choices)
+    text = models.TextField()
+    occurred_at = models.DateTimeField(help_text="when it was said (event time)")
+    ingested_at = models.DateTimeField(default=timezone.now, help_text="when the platform received it")
+    metadata = models.JSONField(default=dict, blank=True)
+    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ("episode_id", "seq", "id")
+        indexes = [
+            models.Index(fields=["tenant", "session_id", "seq"], name="turn_tenant_session_seq"),
+            models.Index(fields=["episode", "seq"], name="turn_episode_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.text[:60]}"
+
+
+class Link(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="links")
+    src = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="out_links")
+    dst = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="in_links")
+    kind = models.CharField(max_length=12, choices=LinkKind.choices, default=LinkKind.RELATED)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["src", "dst", "kind"], name="link_unique_triple"),
+            models.CheckConstraint(condition=~models.Q(src=models.F("dst")), name="link_not_self"),
+        ]
+        indexes = [models.Index(fields=["tenant", "dst"], name="link_tenant_dst")]
+
+    def __str__(self) -> str:
+        return f"{self.src_id} -{self.kind}-> {self.dst_id}"

@@ -1,0 +1,85 @@
+"""One error envelope for every failure: ``{"error": {"code", "message", "details"}}`` (DESIGN §7)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceUnavailable(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "a dependency is unavailable"
+    default_code = "service_unavailable"
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "conflict"
+    default_code = "conflict"
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "request too large"
+    default_code = "too_large"
+
+
+def envelope(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details if details is not None else {}}}
+
+
+def _code_for(exc: exceptions.APIException) -> str:
+    if isinstance(exc, exceptions.ValidationError):
+        return "invalid"
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        return "unauthenticated"
+    if isinstance(exc, exceptions.PermissionDenied):
+        return "forbidden"
+    if isinstance(exc, exceptions.NotFound):
+        return "not_found"
+    return str(exc.default_code)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        logger.exception("unhandled error", exc_info=exc)
+        return Response(envelope("server_error", "internal server error"), status=500)
+    assert isinstance(exc, exceptions.APIException)
+    if isinstance(exc, exceptions.ValidationError):
+        message = "request validation failed"
+        details = exc.detail
+    else:
+        message = str(exc.detail) if not isinstance(exc.detail, dict | list) else exc.default_detail
+        details = {}
+    response.data = envelope(_code_for(exc), str(message), details)
+    return response
+
+
+# Django-level handlers, for errors raised outside DRF views (unknown URLs, crashes in middleware).
+def handler404(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse(envelope("not_found", f"no route for {request.path}"), status=404)
+
+
+def handler500(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(envelope("server_error", "internal server error"), status=500)
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse(envelope("bad_request", "bad request"), status=400)
+
+
+def handler403(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse(envelope("forbidden", "forbidden"), status=403)

@@ -1,0 +1,65 @@
+"""The ``MEMORY`` settings namespace: platform defaults, overridable in ``settings.MEMORY``.
+
+Per-tenant tunables live in the tenant's policy once it exists; these are the defaults a policy
+starts from and the limits that protect the service (in the style of DRF's ``api_settings``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+
+DEFAULTS: dict[str, Any] = {
+    # embeddings
+    "EMBEDDER": "local",
+    "EMBEDDING_DIM": 384,
+    "EMBED_BATCH_SIZE": 64,
+    # input limits
+    "MAX_TURN_CHARS": 32_000,
+    "MAX_BATCH_TURNS": 500,
+    "MAX_METADATA_BYTES": 16_384,
+    "MAX_SCOPE_CHARS": 200,
+    # segmentation (DESIGN §3)
+    "EPISODE_GAP_SECONDS": 30 * 60,
+    "EPISODE_SPLIT_SIMILARITY": 0.10,
+    "EPISODE_MAX_TURNS": 12,
+    # retrieval (seed 004)
+    "RRF_VECTOR_WEIGHT": 0.7,
+    "RRF_TEXT_WEIGHT": 0.3,
+    "RRF_K": 60,
+    "SEARCH_CANDIDATES": 50,
+    "ACTIVATION_LIMIT": 3,
+    # hot index
+    "HOT_INDEX_ALGORITHM": "FLAT",
+    "PURGE_GRACE_DAYS": 30,
+}
+
+
+class MemorySettings:
+    def __init__(self, defaults: dict[str, Any]):
+        self.defaults = defaults
+        self._cache: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self.defaults:
+            raise AttributeError(f"unknown MEMORY setting {name!r}")
+        if name not in self._cache:
+            user = getattr(settings, "MEMORY", {})
+            self._cache[name] = user.get(name, self.defaults[name])
+        return self._cache[name]
+
+    def reload(self) -> None:
+        self._cache.clear()
+
+
+memory_settings = MemorySettings(DEFAULTS)
+
+
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == "MEMORY":
+        memory_settings.reload()
+
+
+setting_changed.connect(_reload)

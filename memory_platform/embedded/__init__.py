@@ -1,0 +1,15 @@
+"""Start, reuse and stop the embedded Postgres and Redis (DESIGN §1).
+
+Pure Python with no Django import, so ``manage.py`` can bring the servers up before Django loads
+its settings. Data lives under one directory (``var/`` by default, a temporary one in tests).
+"""
+
+import warnings
+
+# platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI); pgserver then uses /tmp.
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+from .postgres import EmbeddedPostgres
+from .redis import EmbeddedRedis, PortTakenError
+
+__all__ = ["EmbeddedPostgres", "EmbeddedRedis", "PortTakenError"]

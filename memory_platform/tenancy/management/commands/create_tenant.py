@@ -1,0 +1,30 @@
+import json
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+
+from memory_platform.tenancy.models import SCOPES
+from memory_platform.tenancy.services import api_key_create, tenant_create
+
+
+class Command(BaseCommand):
+    help = "Create a tenant and one API key for it; the key is printed once and never stored."
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("name")
+        parser.add_argument("--scopes", nargs="+", default=["read", "write"], choices=SCOPES)
+        parser.add_argument("--embedder", default=None, help="local (default), provided, or a dotted path")
+        parser.add_argument("--json", action="store_true", help="print one JSON line")
+
+    def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
+        try:
+            tenant = tenant_create(name=opts["name"], embedder=opts["embedder"])
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages)) from exc
+        key, secret = api_key_create(tenant=tenant, name=f"{tenant.name} key", scopes=opts["scopes"])
+        if opts["json"]:
+            self.stdout.write(json.dumps({"tenant": tenant.name, "tenant_id": str(tenant.id), "api_key": secret}))
+        else:
+            self.stdout.write(f"tenant  {tenant.name} ({tenant.id})")
+            self.stdout.write(f"scopes  {', '.join(key.scopes)}")
+            self.stdout.write(f"api key {secret}   (shown once; store it now)")

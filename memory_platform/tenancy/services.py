@@ -1,0 +1,30 @@
+"""Writes on tenants and keys."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import transaction
+
+from .models import ApiKey, Tenant, validate_scopes
+
+
+@transaction.atomic
+def tenant_create(*, name: str, embedder: str | None = None) -> Tenant:
+    tenant = Tenant(name=name)
+    if embedder:
+        tenant.embedder = embedder
+    tenant.full_clean()
+    tenant.save()
+    return tenant
+
+
+def api_key_create(*, tenant: Tenant, name: str, scopes: Sequence[str] = ("read", "write")) -> tuple[ApiKey, str]:
+    """Create a key; the returned secret exists only here (the database keeps a SHA-512 hash)."""
+    scopes = list(dict.fromkeys(scopes))
+    validate_scopes(scopes)
+    return ApiKey.objects.create_key(tenant=tenant, name=name[:50], scopes=scopes)
+
+
+def api_key_revoke(*, key: ApiKey) -> None:
+    ApiKey.objects.filter(pk=key.pk).update(revoked=True)

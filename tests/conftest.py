@@ -1,0 +1,68 @@
+"""Real embedded Postgres and Redis for the whole run, in a temporary directory (never ``var/``)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from memory_platform.tenancy.services import api_key_create, tenant_create
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A missing or broken server is a failure, never a skip.
+    if settings.EMBEDDED_POSTGRES is not None:
+        settings.EMBEDDED_POSTGRES.start()
+    if settings.EMBEDDED_REDIS is not None:
+        settings.EMBEDDED_REDIS.start()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from django.db import connections
+
+    connections.close_all()
+    if settings.EMBEDDED_REDIS is not None:
+        settings.EMBEDDED_REDIS.stop()
+    if settings.EMBEDDED_POSTGRES is not None:
+        settings.EMBEDDED_POSTGRES.stop()
+    if str(settings.VAR_DIR).startswith("/tmp/mp-test-"):
+        shutil.rmtree(settings.VAR_DIR, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis():
+    from memory_platform.redis_client import get_redis
+
+    get_redis().flushdb()
+    yield
+
+
+class Caller:
+    """A tenant with a key and an API client that sends it."""
+
+    def __init__(self, name: str, scopes: tuple[str, ...] = ("read", "write")):
+        self.tenant = tenant_create(name=name)
+        self.key, self.secret = api_key_create(tenant=self.tenant, name=f"{name} key", scopes=scopes)
+        self.client = APIClient()
+        self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.secret}")
+
+    def post(self, path: str, data=None, **kw):
+        return self.client.post(path, data, format="json", **kw)
+
+    def get(self, path: str, data=None, **kw):
+        return self.client.get(path, data, **kw)
+
+    def delete(self, path: str, data=None, **kw):
+        return self.client.delete(path, data, format="json", **kw)
+
+
+@pytest.fixture
+def caller(db) -> Caller:
+    return Caller("acme")
+
+
+@pytest.fixture
+def outsider(db) -> Caller:
+    return Caller("outsider")

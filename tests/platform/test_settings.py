@@ -1,0 +1,56 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _import_settings(**env: str) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG"}}
+    environment.update(env)
+    environment["DJANGO_SETTINGS_MODULE"] = "memory_platform.settings"
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_non_postgres_database_url_is_refused_with_a_clear_message():
+    result = _import_settings(DATABASE_URL="mysql://u:p@localhost/db", DEBUG="1")
+    assert result.returncode != 0
+    assert "DATABASE_URL must be a postgres:// URL" in result.stderr
+
+
+def test_a_database_url_without_a_name_is_refused():
+    result = _import_settings(DATABASE_URL="postgres://u:p@localhost:5432", DEBUG="1")
+    assert result.returncode != 0
+    assert "names no database" in result.stderr
+
+
+def test_a_bad_port_is_refused():
+    result = _import_settings(DATABASE_URL="postgres://u:p@localhost:xx/db", DEBUG="1")
+    assert result.returncode != 0
+    assert "DATABASE_URL" in result.stderr
+
+
+def test_the_default_secret_key_refuses_to_start_without_debug():
+    result = _import_settings(DEBUG="0", SECRET_KEY="")
+    env_result = result
+    assert env_result.returncode != 0
+    assert "SECRET_KEY is not set and DEBUG is off" in env_result.stderr
+
+
+def test_a_bad_boolean_is_refused():
+    result = _import_settings(DEBUG="maybe")
+    assert result.returncode != 0
+    assert "DEBUG='maybe' is not a boolean" in result.stderr
+
+
+def test_good_settings_load():
+    result = _import_settings(DATABASE_URL="postgres://u:p@localhost:5432/db", DEBUG="1")
+    assert result.returncode == 0, result.stderr
