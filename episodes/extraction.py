@@ -58,11 +58,11 @@ def split_sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
 
 
-def _unique(items: Iterable[str]) -> list[str]:
+def _unique(items: Iterable[str], strip: str = " \t\n,;:.!?") -> list[str]:
     seen: set[str] = set()
     out = []
     for item in items:
-        item = item.strip(" \t\n,;:.!?")
+        item = item.strip(strip)
         key = item.lower()
         if item and key not in seen:
             seen.add(key)
@@ -90,4 +90,5 @@ def extract_entities(text: str, limit: int = 60) -> list[str]:
 
 
 def extract_decisions(text: str, limit: int = 20) -> list[str]:
-    return _unique(s for s in split_sentences(text) if _DECISION_CUES.search(s))[:limit]
+    # Verbatim: a decision keeps its punctuation (seed 003 F3).
+    return _unique((s for s in split_sentences(text) if _DECISION_CUES.search(s)), strip=" \t\n")[:limit]

@@ -35,15 +35,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def _clean_redis():
     from memory_platform.redis_client import get_redis
 
+    from episodes.stores.hot import hot_store
+
     get_redis().flushdb()
+    hot_store().forget_index_state()
     yield
 
 
 class Caller:
     """A tenant with a key and an API client that sends it."""
 
-    def __init__(self, name: str, scopes: tuple[str, ...] = ("read", "write")):
-        self.tenant = tenant_create(name=name)
+    def __init__(self, name: str, scopes: tuple[str, ...] = ("read", "write"), embedder: str | None = None):
+        self.tenant = tenant_create(name=name, embedder=embedder)
         self.key, self.secret = api_key_create(tenant=self.tenant, name=f"{name} key", scopes=scopes)
         self.client = APIClient()
         self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.secret}")
@@ -66,3 +69,17 @@ def caller(db) -> Caller:
 @pytest.fixture
 def outsider(db) -> Caller:
     return Caller("outsider")
+
+
+def unit_vectors(count: int, seed: int = 0, dim: int = 384):
+    """Deterministic random unit vectors for tenants that provide their own embeddings."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(count, dim)).astype("float32")
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def provided(db) -> Caller:
+    return Caller("provided-co", embedder="provided")

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from memory_platform.api.serializers import MetadataField, StrictSerializer, VectorField, scope_field
+from memory_platform.conf import memory_settings
+
+from ..models import LinkKind, Role
+
+KIND_FIELD = dict(max_length=50, min_length=1)
+
+
+def text_field(**kwargs: Any) -> serializers.CharField:
+    return serializers.CharField(
+        max_length=int(memory_settings.MAX_TURN_CHARS), allow_blank=False, trim_whitespace=False, **kwargs
+    )
+
+
+class ScopeMixin(serializers.Serializer):
+    user_id = scope_field()
+    agent_id = scope_field()
+    session_id = scope_field()
+
+
+class TurnInSerializer(StrictSerializer, ScopeMixin):
+    role = serializers.ChoiceField(choices=[r for r in Role.values if r != Role.MEMORY])
+    text = text_field()
+    occurred_at = serializers.DateTimeField(required=False)
+    metadata = MetadataField(required=False, default=dict)
+    episode_boundary = serializers.BooleanField(required=False, default=False)
+    vector = VectorField()
+
+    def validate_text(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("text is empty")
+        return value
+
+
+class TurnsInSerializer(StrictSerializer, ScopeMixin):
+    turns = TurnInSerializer(many=True, allow_empty=False)
+    # `async` is a keyword in Python; the field is declared under that name in __init__.
+    metadata = MetadataField(required=False, default=dict)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["async"] = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        tenant = self.context["tenant"]
+        if tenant.embedder == "provided":
+            missing = [i for i, t in enumerate(attrs["turns"]) if t.get("vector") is None]
+            if missing:
+                raise serializers.ValidationError(
+                    {"turns": f"this tenant uses caller-provided vectors; turns {missing[:10]} have no 'vector'"}
+                )
+        return attrs
+
+
+class MemoryInSerializer(StrictSerializer, ScopeMixin):
+    text = text_field()
+    kind = serializers.SlugField(required=False, default="fact", **KIND_FIELD)
+    title = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=100, min_length=1), required=False, default=list, max_length=50
+    )
+    metadata = MetadataField(required=False, default=dict)
+    anchor = serializers.BooleanField(required=False, default=False)
+    occurred_at = serializers.DateTimeField(required=False)
+    vector = VectorField()
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if self.context["tenant"].embedder == "provided" and attrs.get("vector") is None:
+            raise serializers.ValidationError({"vector": "this tenant uses caller-provided vectors"})
+        if not attrs["text"].strip():
+            raise serializers.ValidationError({"text": "text is empty"})
+        return attrs
+
+
+class LinkInSerializer(StrictSerializer):
+    target_id = serializers.IntegerField(min_value=1)
+    kind = serializers.ChoiceField(choices=LinkKind.choices, default=LinkKind.RELATED)
+
+
+class LinkDeleteSerializer(StrictSerializer):
+    target_id = serializers.IntegerField(min_value=1)
+    kind = serializers.ChoiceField(choices=LinkKind.choices, required=False)
+
+
+class MemoryListQuerySerializer(StrictSerializer):
+    user_id = serializers.CharField(required=False)
+    agent_id = serializers.CharField(required=False)
+    session_id = serializers.CharField(required=False)
+    kind = serializers.CharField(required=False)
+    layer = serializers.ChoiceField(choices=["hot", "warm", "cold"], required=False)
+    state = serializers.ChoiceField(choices=["active", "dormant", "delete_candidate", "forgotten"], required=False)
+    anchor = serializers.BooleanField(required=False, allow_null=True, default=None)
+    tag = serializers.CharField(required=False)
+    cursor = serializers.CharField(required=False)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)

@@ -1,0 +1,29 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from episodes.services import rebuild_hot
+from memory_platform.tenancy.models import Tenant
+
+
+class Command(BaseCommand):
+    help = "Rebuild the Redis hot index from Postgres (all tenants, or one)."
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("--tenant", help="tenant name or id")
+
+    def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
+        tenant = None
+        if opts["tenant"]:
+            tenant = Tenant.objects.filter(name=opts["tenant"]).first()
+            if tenant is None:
+                try:
+                    tenant = Tenant.objects.filter(pk=opts["tenant"]).first()
+                except Exception:  # not a UUID
+                    tenant = None
+            if tenant is None:
+                raise CommandError(f"no tenant named {opts['tenant']!r}")
+
+        def progress(t, done, total):  # type: ignore[no-untyped-def]
+            self.stdout.write(f"  {t.name}: {done}/{total} episodes")
+
+        total = rebuild_hot(tenant=tenant, progress=progress)
+        self.stdout.write(self.style.SUCCESS(f"indexed {total} hot episode(s)"))

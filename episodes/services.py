@@ -1,0 +1,536 @@
+"""Writes on the system of record. Postgres first, in one transaction; the hot index after commit.
+
+Every function is ``<thing>_<verb>(*, tenant, ...)``, keyword-only, and takes ``now`` from its
+caller (time is an input).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from django.db import connection, transaction
+from django.db.models import F, Max
+
+from memory_platform.conf import memory_settings
+from memory_platform.embeddings import get_embedder
+from memory_platform.tenancy.models import Tenant
+
+from .extraction import extract_decisions, extract_entities
+from .models import Episode, Layer, Link, LinkKind, Role, State, Turn
+from .segmentation import OpenEpisode, SegmentationRules, starts_new_episode
+from .stores.hot import HotUnavailable, hot_store
+
+logger = logging.getLogger(__name__)
+
+SEARCH_TEXT_LIMIT = 200_000
+
+
+class EpisodeNotFound(Exception):
+    pass
+
+
+class ConflictError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Scope:
+    user_id: str = ""
+    agent_id: str = ""
+    session_id: str = ""
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    role: str
+    text: str
+    scope: Scope = Scope()
+    occurred_at: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    episode_boundary: bool = False
+    vector: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class IngestedTurn:
+    turn_id: int
+    episode_id: int
+    seq: int
+
+
+@dataclass
+class IngestResult:
+    turns: list[IngestedTurn]
+    episode_ids: list[int]
+    indexed: bool = False
+    queued: bool = False
+
+
+def default_rules() -> SegmentationRules:
+    return SegmentationRules(
+        gap_seconds=int(memory_settings.EPISODE_GAP_SECONDS),
+        split_similarity=float(memory_settings.EPISODE_SPLIT_SIMILARITY),
+        max_turns=int(memory_settings.EPISODE_MAX_TURNS),
+    )
+
+
+def _normalise(vector: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+def _lock_scope(tenant: Tenant, scope: Scope) -> None:
+    # Serialises ingests into one session: two concurrent batches must not both open an episode
+    # or hand out the same sequence numbers. Released at commit.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            [f"{tenant.id}|{scope.user_id}|{scope.agent_id}|{scope.session_id}"],
+        )
+
+
+def embed_texts(tenant: Tenant, texts: Sequence[str]) -> np.ndarray:
+    return get_embedder(tenant.embedder).embed(list(texts))
+
+
+def turns_ingest(
+    *,
+    tenant: Tenant,
+    turns: Sequence[TurnInput],
+    now: datetime,
+    asynchronous: bool = False,
+    rules: SegmentationRules | None = None,
+) -> IngestResult:
+    """Append turns; durable in Postgres on return. Sync: also searchable. Async: a worker indexes."""
+    rules = rules or default_rules()
+    vectors: list[np.ndarray | None] = [t.vector for t in turns]
+    missing = [i for i, v in enumerate(vectors) if v is None]
+    embedder = get_embedder(tenant.embedder)
+    if missing and not asynchronous and embedder.computes:
+        computed = embedder.embed([turns[i].text for i in missing])
+        for i, vector in zip(missing, computed, strict=True):
+            vectors[i] = vector
+
+    by_scope: OrderedDict[Scope, list[int]] = OrderedDict()
+    for i, turn in enumerate(turns):
+        by_scope.setdefault(turn.scope, []).append(i)
+
+    result_turns: list[IngestedTurn | None] = [None] * len(turns)
+    touched: dict[int, Episode] = {}
+    with transaction.atomic():
+        turn_objs: list[tuple[int, Turn]] = []
+        for scope, indices in by_scope.items():
+            _lock_scope(tenant, scope)
+            _ingest_scope(tenant, scope, indices, turns, vectors, now, rules, touched, turn_objs)
+        created = Turn.objects.bulk_create([t for _, t in turn_objs])
+        for (i, _), turn in zip(turn_objs, created, strict=True):
+            result_turns[i] = IngestedTurn(turn_id=turn.pk, episode_id=turn.episode_id, seq=turn.seq)
+        _refresh_episodes(touched.values(), [t for _, t in turn_objs])
+        episode_ids = list(touched)
+        result = IngestResult(turns=[t for t in result_turns if t is not None], episode_ids=episode_ids)
+        if asynchronous:
+            transaction.on_commit(lambda: _enqueue_index(tenant, episode_ids, result))
+        else:
+            transaction.on_commit(lambda: _index_now(episode_ids, result))
+    return result
+
+
+def _ingest_scope(
+    tenant: Tenant,
+    scope: Scope,
+    indices: list[int],
+    turns: Sequence[TurnInput],
+    vectors: list[np.ndarray | None],
+    now: datetime,
+    rules: SegmentationRules,
+    touched: dict[int, Episode],
+    turn_objs: list[tuple[int, Turn]],
+) -> None:
+    open_episode = (
+        Episode.objects.select_for_update()
+        .filter(
+            tenant=tenant,
+            user_id=scope.user_id,
+            agent_id=scope.agent_id,
+            session_id=scope.session_id,
+            kind="conversation",
+            layer=Layer.HOT,
+            state=State.ACTIVE,
+        )
+        .order_by("-last_occurred_at", "-id")
+        .first()
+    )
+    state: OpenEpisode | None = None
+    if open_episode is not None:
+        centroid = None
+        if open_episode.embedding is not None:
+            centroid = np.asarray(open_episode.embedding, dtype=np.float32) * max(1, open_episode.turn_count)
+        state = OpenEpisode(open_episode.turn_count, open_episode.last_occurred_at, centroid)
+        open_episode._new_texts = []  # type: ignore[attr-defined]
+    last_seq = (
+        Turn.objects.filter(
+            tenant=tenant, user_id=scope.user_id, agent_id=scope.agent_id, session_id=scope.session_id
+        ).aggregate(m=Max("seq"))["m"]
+        or 0
+    )
+    previous: Episode | None = open_episode
+    for i in indices:
+        turn = turns[i]
+        occurred_at = turn.occurred_at or now
+        vector = vectors[i]
+        if starts_new_episode(
+            state, occurred_at=occurred_at, vector=vector, boundary=turn.episode_boundary, rules=rules
+        ):
+            episode = Episode.objects.create(
+                tenant=tenant,
+                user_id=scope.user_id,
+                agent_id=scope.agent_id,
+                session_id=scope.session_id,
+                kind="conversation",
+                title=_title(turn.text),
+                first_occurred_at=occurred_at,
+                last_occurred_at=occurred_at,
+                last_accessed_at=now,
+                needs_reindex=True,
+            )
+            episode._new_texts = []  # type: ignore[attr-defined]
+            if previous is not None:
+                Link.objects.get_or_create(
+                    tenant=tenant, src=episode, dst=previous, kind=LinkKind.CONTINUES, defaults={"created_at": now}
+                )
+                episode.last_linked_at = now
+                Episode.objects.filter(pk=previous.pk).update(last_linked_at=now)
+                previous.last_linked_at = now
+            previous = episode
+            state = OpenEpisode(0, occurred_at, None)
+            open_episode = episode
+        assert open_episode is not None and state is not None
+        touched[open_episode.pk] = open_episode
+        last_seq += 1
+        turn_objs.append(
+            (
+                i,
+                Turn(
+                    tenant=tenant,
+                    episode=open_episode,
+                    user_id=scope.user_id,
+                    agent_id=scope.agent_id,
+                    session_id=scope.session_id,
+                    seq=last_seq,
+                    role=turn.role,
+                    text=turn.text,
+                    occurred_at=occurred_at,
+                    ingested_at=now,
+                    metadata=turn.metadata,
+                    embedding=vector,
+                ),
+            )
+        )
+        open_episode._new_texts.append(turn.text)  # type: ignore[attr-defined]
+        state.turn_count += 1
+        state.last_occurred_at = max(state.last_occurred_at, occurred_at)
+        if vector is not None:
+            state.centroid_sum = vector.copy() if state.centroid_sum is None else state.centroid_sum + vector
+        open_episode._centroid_sum = state.centroid_sum  # type: ignore[attr-defined]
+
+
+def _title(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= 80 else line[:79].rsplit(" ", 1)[0] + "…"
+
+
+def _refresh_episodes(episodes: Iterable[Episode], new_turns: Sequence[Turn]) -> None:
+    """Fold the new turns into each episode's aggregates (counts, times, centroid, entities)."""
+    per_episode: dict[int, list[Turn]] = {}
+    for turn in new_turns:
+        per_episode.setdefault(turn.episode_id, []).append(turn)
+    for episode in episodes:
+        added = per_episode.get(episode.pk, [])
+        texts = [t.text for t in added]
+        joined = "\n".join(texts)
+        episode.turn_count += len(added)
+        episode.first_occurred_at = min([episode.first_occurred_at] + [t.occurred_at for t in added])
+        episode.last_occurred_at = max([episode.last_occurred_at] + [t.occurred_at for t in added])
+        centroid = getattr(episode, "_centroid_sum", None)
+        if centroid is not None:
+            episode.embedding = _normalise(np.asarray(centroid, dtype=np.float32))
+        episode.entities = _merge(episode.entities, extract_entities(joined), 200)
+        episode.decisions = _merge(episode.decisions, extract_decisions(joined), 50)
+        episode.raw_chars += sum(len(t) for t in texts)
+        episode.search_text = (episode.search_text + "\n" + joined).strip()[:SEARCH_TEXT_LIMIT]
+        episode.needs_reindex = True
+        episode.version = F("version") + 1  # type: ignore[assignment]
+        episode.save(
+            update_fields=[
+                "turn_count",
+                "first_occurred_at",
+                "last_occurred_at",
+                "embedding",
+                "entities",
+                "decisions",
+                "raw_chars",
+                "search_text",
+                "needs_reindex",
+                "version",
+                "last_linked_at",
+            ]
+        )
+        episode.refresh_from_db(fields=["version"])
+
+
+def _merge(old: list[str], new: list[str], limit: int) -> list[str]:
+    seen = {x.lower() for x in old}
+    out = list(old)
+    for item in new:
+        if item.lower() not in seen:
+            seen.add(item.lower())
+            out.append(item)
+    return out[:limit]
+
+
+# --- the hot index --------------------------------------------------------------------------------
+def episodes_index_hot(episode_ids: Sequence[int]) -> int:
+    """Index hot episodes (and their turns) in Redis from Postgres; clear their reindex mark.
+
+    Turns still lacking an embedding (async ingest) are embedded first. Raises on Redis errors.
+    """
+    store = hot_store()
+    episodes = list(
+        Episode.objects.filter(pk__in=episode_ids, layer=Layer.HOT).exclude(state=State.FORGOTTEN).select_related(
+            "tenant"
+        )
+    )
+    indexed = 0
+    for episode in episodes:
+        turns = list(episode.turns.order_by("seq", "id"))
+        _embed_missing(episode, turns)
+        store.index_episode(episode, turns)
+        # Only clear the mark if nothing changed since we read the episode; otherwise the newer
+        # write has queued (or will need) its own indexing.
+        Episode.objects.filter(pk=episode.pk, version=episode.version).update(needs_reindex=False)
+        indexed += 1
+    return indexed
+
+
+def _embed_missing(episode: Episode, turns: list[Turn]) -> None:
+    missing = [t for t in turns if t.embedding is None]
+    if not missing:
+        return
+    embedder = get_embedder(episode.tenant.embedder)
+    if not embedder.computes:
+        return  # provided vectors: nothing to compute; such turns stay out of the vector index
+    vectors = embedder.embed([t.text for t in missing])
+    for turn, vector in zip(missing, vectors, strict=True):
+        turn.embedding = vector
+    Turn.objects.bulk_update(missing, ["embedding"])
+    stacked = np.stack([np.asarray(t.embedding, dtype=np.float32) for t in turns if t.embedding is not None])
+    episode.embedding = _normalise(stacked.sum(axis=0))
+    Episode.objects.filter(pk=episode.pk).update(embedding=episode.embedding)
+
+
+def _index_now(episode_ids: list[int], result: IngestResult) -> None:
+    try:
+        episodes_index_hot(episode_ids)
+        result.indexed = True
+    except HotUnavailable as exc:
+        # The write is durable; the episodes keep needs_reindex=True and `rebuild_hot` (or the
+        # repair task) indexes them once Redis is back.
+        logger.warning("hot index unavailable, %d episode(s) left for re-indexing: %s", len(episode_ids), exc)
+
+
+def _enqueue_index(tenant: Tenant, episode_ids: list[int], result: IngestResult) -> None:
+    from django_q.tasks import async_task
+
+    try:
+        async_task("episodes.tasks.index_episodes", episode_ids, group=f"index:{tenant.id}")
+        result.queued = True
+    except HotUnavailable as exc:
+        logger.warning("could not queue indexing (%s); episodes stay marked for re-indexing", exc)
+
+
+def hot_remove(episode: Episode) -> bool:
+    turn_ids = list(episode.turns.values_list("id", flat=True))
+    try:
+        hot_store().remove_episode(episode.tenant_id.hex, episode.pk, turn_ids)
+        return True
+    except HotUnavailable as exc:
+        logger.warning("could not remove episode %s from the hot index: %s", episode.pk, exc)
+        Episode.objects.filter(pk=episode.pk).update(needs_reindex=True)
+        return False
+
+
+# --- explicit memories ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryInput:
+    text: str
+    kind: str = "fact"
+    title: str = ""
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    anchor: bool = False
+    scope: Scope = Scope()
+    occurred_at: datetime | None = None
+    vector: np.ndarray | None = None
+
+
+def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Episode:
+    vector = memory.vector
+    if vector is None:
+        vector = embed_texts(tenant, [memory.text])[0]
+    occurred_at = memory.occurred_at or now
+    with transaction.atomic():
+        episode = Episode.objects.create(
+            tenant=tenant,
+            user_id=memory.scope.user_id,
+            agent_id=memory.scope.agent_id,
+            session_id=memory.scope.session_id,
+            kind=memory.kind,
+            title=memory.title or _title(memory.text),
+            anchor=memory.anchor,
+            tags=list(memory.tags),
+            metadata=memory.metadata,
+            first_occurred_at=occurred_at,
+            last_occurred_at=occurred_at,
+            last_accessed_at=now,
+            turn_count=1,
+            embedding=vector,
+            entities=extract_entities(memory.text),
+            decisions=extract_decisions(memory.text),
+            raw_chars=len(memory.text),
+            search_text=memory.text[:SEARCH_TEXT_LIMIT],
+            needs_reindex=True,
+        )
+        Turn.objects.create(
+            tenant=tenant,
+            episode=episode,
+            user_id=memory.scope.user_id,
+            agent_id=memory.scope.agent_id,
+            session_id=memory.scope.session_id,
+            seq=0,
+            role=Role.MEMORY,
+            text=memory.text,
+            occurred_at=occurred_at,
+            ingested_at=now,
+            metadata=memory.metadata,
+            embedding=vector,
+        )
+        result = IngestResult(turns=[], episode_ids=[episode.pk])
+        transaction.on_commit(lambda: _index_now([episode.pk], result))
+    return episode
+
+
+# --- managing episodes ----------------------------------------------------------------------------
+def _get_for_update(tenant: Tenant, episode_id: int, *, include_forgotten: bool = False) -> Episode:
+    qs = Episode.objects.select_for_update().filter(tenant=tenant, pk=episode_id)
+    if not include_forgotten:
+        qs = qs.exclude(state=State.FORGOTTEN)
+    episode = qs.first()
+    if episode is None:
+        raise EpisodeNotFound(episode_id)
+    return episode
+
+
+def _bump(episode: Episode, **fields: Any) -> None:
+    Episode.objects.filter(pk=episode.pk).update(version=F("version") + 1, **fields)
+    for name, value in fields.items():
+        setattr(episode, name, value)
+
+
+def _reindex_after_commit(episode_id: int) -> None:
+    def run() -> None:
+        try:
+            episodes_index_hot([episode_id])
+        except HotUnavailable as exc:
+            logger.warning("hot index unavailable; episode %s stays marked for re-indexing: %s", episode_id, exc)
+
+    transaction.on_commit(run)
+
+
+def episode_forget(*, tenant: Tenant, episode_id: int, now: datetime) -> Episode:
+    """Soft forget: out of Redis and every read at once; the row stays for the grace period."""
+    with transaction.atomic():
+        episode = _get_for_update(tenant, episode_id)
+        _bump(episode, state_before_forget=episode.state, state=State.FORGOTTEN, forgotten_at=now)
+        transaction.on_commit(lambda: hot_remove(episode))
+    return episode
+
+
+def episode_restore(*, tenant: Tenant, episode_id: int, now: datetime, grace_days: int | None = None) -> Episode:
+    grace = timedelta(days=grace_days if grace_days is not None else int(memory_settings.PURGE_GRACE_DAYS))
+    with transaction.atomic():
+        episode = _get_for_update(tenant, episode_id, include_forgotten=True)
+        if episode.state != State.FORGOTTEN:
+            raise ConflictError("this memory is not forgotten")
+        if episode.forgotten_at is not None and now - episode.forgotten_at > grace:
+            raise ConflictError("the grace period for restoring this memory is over")
+        _bump(
+            episode,
+            state=episode.state_before_forget or State.ACTIVE,
+            state_before_forget="",
+            forgotten_at=None,
+            needs_reindex=episode.layer == Layer.HOT,
+        )
+        if episode.layer == Layer.HOT:
+            _reindex_after_commit(episode.pk)
+    return episode
+
+
+def episode_set_anchor(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime) -> Episode:
+    """Pin or unpin. A pinned episode never goes cold, so pinning a cold one brings it back to hot."""
+    with transaction.atomic():
+        episode = _get_for_update(tenant, episode_id)
+        fields: dict[str, Any] = {"anchor": anchor}
+        if anchor and episode.layer == Layer.COLD:
+            fields.update(layer=Layer.HOT, restored_at=now, last_accessed_at=now, needs_reindex=True)
+        _bump(episode, **fields)
+        if episode.layer == Layer.HOT:
+            _reindex_after_commit(episode.pk)
+    return episode
+
+
+def link_create(*, tenant: Tenant, src_id: int, dst_id: int, kind: str, now: datetime) -> tuple[Link, bool]:
+    if src_id == dst_id:
+        raise ValueError("an episode cannot link to itself")
+    with transaction.atomic():
+        src = _get_for_update(tenant, src_id)
+        dst = _get_for_update(tenant, dst_id)
+        link, created = Link.objects.get_or_create(
+            tenant=tenant, src=src, dst=dst, kind=kind, defaults={"created_at": now}
+        )
+        if created:
+            Episode.objects.filter(pk__in=[src.pk, dst.pk]).update(last_linked_at=now, version=F("version") + 1)
+    return link, created
+
+
+def link_delete(*, tenant: Tenant, src_id: int, dst_id: int, kind: str | None) -> int:
+    with transaction.atomic():
+        _get_for_update(tenant, src_id)
+        qs = Link.objects.filter(tenant=tenant, src_id=src_id, dst_id=dst_id)
+        if kind:
+            qs = qs.filter(kind=kind)
+        deleted, _ = qs.delete()
+    return deleted
+
+
+def rebuild_hot(*, tenant: Tenant | None = None, batch: int = 200, progress: Any = None) -> int:
+    """Rebuild the hot index from Postgres: drop the tenant's documents, index every hot episode."""
+    store = hot_store()
+    store.ensure_index()
+    tenants = [tenant] if tenant is not None else list(Tenant.objects.all())
+    total = 0
+    for t in tenants:
+        store.drop_tenant(t.id.hex)
+        ids = list(
+            Episode.objects.filter(tenant=t, layer=Layer.HOT).exclude(state=State.FORGOTTEN).values_list("pk", flat=True)
+        )
+        for start in range(0, len(ids), batch):
+            total += episodes_index_hot(ids[start : start + batch])
+            if progress:
+                progress(t, min(start + batch, len(ids)), len(ids))
+    return total

@@ -1,0 +1,288 @@
+"""The hot tier in Redis (redisvl). The tenant filter is added here, inside every query, so no
+caller can forget it; callers pass a tenant, never a raw filter.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import redis
+from redisvl.index import SearchIndex
+from redisvl.query import CountQuery, FilterQuery, TextQuery, VectorQuery
+from redisvl.query.filter import FilterExpression, Num, Tag
+
+from memory_platform.conf import memory_settings
+from memory_platform.redis_client import get_redis
+
+from . import keys
+
+logger = logging.getLogger(__name__)
+
+HotUnavailable = (redis.RedisError, OSError)
+
+
+@dataclass(frozen=True)
+class HotFilters:
+    """Scope and content filters a search may carry (the tenant is not one of them: it is implied)."""
+
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    kinds: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    occurred_from: float | None = None
+    occurred_to: float | None = None
+    episode_ids: tuple[int, ...] = ()
+    exclude_dormant: bool = True
+
+
+@dataclass
+class HotHit:
+    doc_id: str
+    episode_id: int
+    turn_id: int | None
+    score: float
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def _epoch(value: Any) -> float:
+    return float(value.timestamp())
+
+
+def _vector_bytes(vector: np.ndarray | Sequence[float]) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+class HotStore:
+    """Redis-backed hot index for one deployment; every method takes the tenant explicitly."""
+
+    def __init__(self, client: redis.Redis | None = None):
+        self.client = client or get_redis()
+        self._index: SearchIndex | None = None
+        self._ensured = False
+
+    # --- index management --------------------------------------------------------------------------
+    @property
+    def index(self) -> SearchIndex:
+        if self._index is None:
+            schema = keys.hot_schema(int(memory_settings.EMBEDDING_DIM), str(memory_settings.HOT_INDEX_ALGORITHM))
+            self._index = SearchIndex.from_dict(schema, redis_client=self.client, validate_on_load=False)
+        return self._index
+
+    def ensure_index(self) -> None:
+        """Create the index once per process (FT.INFO first: FT.CREATE on an existing index errors)."""
+        if self._ensured:
+            return
+        try:
+            self.client.execute_command("FT.INFO", keys.INDEX_NAME)
+        except redis.ResponseError:
+            try:
+                self.index.create(overwrite=False)
+            except redis.ResponseError as exc:  # created meanwhile by another process
+                if "already exists" not in str(exc).lower():
+                    raise
+        self._ensured = True
+
+    def forget_index_state(self) -> None:
+        """After a FLUSHALL or a data loss, check for the index again on next use."""
+        self._ensured = False
+
+    # --- writes ------------------------------------------------------------------------------------
+    def index_episode(self, episode: Any, turns: Iterable[Any]) -> int:
+        """Write (or overwrite) the episode document and its turn documents. Returns docs written."""
+        self.ensure_index()
+        tenant_hex = episode.tenant_id.hex
+        base = {
+            "tenant": tenant_hex,
+            "user_id": episode.user_id,
+            "agent_id": episode.agent_id,
+            "session_id": episode.session_id,
+            "kind": episode.kind,
+            "layer": "hot",
+            "state": episode.state,
+            "episode": str(episode.pk),
+            "anchor": "1" if episode.anchor else "0",
+            "tags": ",".join(episode.tags),
+        }
+        written = 0
+        pipe = self.client.pipeline(transaction=False)
+        texts = []
+        for turn in turns:
+            if turn.embedding is None:
+                continue
+            texts.append(turn.text)
+            mapping = dict(base)
+            mapping.update(
+                doctype=keys.DOC_TURN,
+                role=turn.role,
+                text=turn.text,
+                occurred_at=_epoch(turn.occurred_at),
+                turn_id=str(turn.pk),
+                seq=str(turn.seq),
+                embedding=_vector_bytes(turn.embedding),
+            )
+            pipe.hset(keys.turn_key(tenant_hex, turn.pk), mapping=mapping)
+            written += 1
+        if episode.embedding is not None:
+            mapping = dict(base)
+            mapping.update(
+                doctype=keys.DOC_EPISODE,
+                role="",
+                text=(episode.title + "\n" + "\n".join(texts))[:100_000],
+                occurred_at=_epoch(episode.last_occurred_at),
+                embedding=_vector_bytes(episode.embedding),
+            )
+            pipe.hset(keys.episode_key(tenant_hex, episode.pk), mapping=mapping)
+            written += 1
+        pipe.execute()
+        return written
+
+    def update_episode_fields(self, episode: Any, turn_ids: Iterable[int], **fields: str) -> None:
+        """Change tag fields (state, anchor, kind...) on an episode's documents in place."""
+        tenant_hex = episode.tenant_id.hex
+        pipe = self.client.pipeline(transaction=False)
+        docs = [keys.episode_key(tenant_hex, episode.pk)] + [keys.turn_key(tenant_hex, t) for t in turn_ids]
+        for key in docs:
+            # HSET on a missing key would create a half document; only touch existing ones.
+            pipe.exists(key)
+        present = pipe.execute()
+        pipe = self.client.pipeline(transaction=False)
+        for key, exists in zip(docs, present, strict=True):
+            if exists:
+                pipe.hset(key, mapping=fields)
+        pipe.execute()
+
+    def remove_episode(self, tenant_hex: str, episode_id: int, turn_ids: Iterable[int]) -> int:
+        docs = [keys.episode_key(tenant_hex, episode_id)] + [keys.turn_key(tenant_hex, t) for t in turn_ids]
+        return int(self.client.unlink(*docs))
+
+    def drop_tenant(self, tenant_hex: str) -> int:
+        removed = 0
+        batch: list[str] = []
+        for key in self.client.scan_iter(match=keys.tenant_pattern(tenant_hex), count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                removed += int(self.client.unlink(*batch))
+                batch = []
+        if batch:
+            removed += int(self.client.unlink(*batch))
+        return removed
+
+    # --- reads -------------------------------------------------------------------------------------
+    def _filter(self, tenant_hex: str, doctype: str, filters: HotFilters) -> FilterExpression:
+        expr = (Tag("tenant") == tenant_hex) & (Tag("doctype") == doctype)
+        if filters.user_id is not None:
+            expr &= Tag("user_id") == filters.user_id
+        if filters.agent_id is not None:
+            expr &= Tag("agent_id") == filters.agent_id
+        if filters.session_id is not None:
+            expr &= Tag("session_id") == filters.session_id
+        if filters.kinds:
+            expr &= Tag("kind") == list(filters.kinds)
+        if filters.tags:
+            expr &= Tag("tags") == list(filters.tags)
+        if filters.episode_ids:
+            expr &= Tag("episode") == [str(e) for e in filters.episode_ids]
+        if filters.exclude_dormant:
+            expr &= Tag("state") == "active"
+        if filters.occurred_from is not None:
+            expr &= Num("occurred_at") >= filters.occurred_from
+        if filters.occurred_to is not None:
+            expr &= Num("occurred_at") <= filters.occurred_to
+        return expr
+
+    def search(
+        self,
+        tenant_hex: str,
+        *,
+        vector: np.ndarray | None,
+        text: str | None,
+        filters: HotFilters,
+        k: int,
+        doctype: str = keys.DOC_TURN,
+    ) -> tuple[list[HotHit], list[HotHit]]:
+        """KNN and BM25 over the tenant's hot documents, pipelined in one round trip."""
+        self.ensure_index()
+        expr = self._filter(tenant_hex, doctype, filters)
+        fields = ["episode", "turn_id", "occurred_at"]
+        queries: list[Any] = []
+        if vector is not None:
+            queries.append(
+                VectorQuery(
+                    vector=np.asarray(vector, dtype=np.float32).tolist(),
+                    vector_field_name="embedding",
+                    return_fields=fields,
+                    filter_expression=expr,
+                    num_results=k,
+                    dtype="float32",
+                )
+            )
+        text_query = None
+        if text and text.strip():
+            try:
+                text_query = TextQuery(
+                    text=text, text_field_name="text", filter_expression=expr, num_results=k, return_fields=fields
+                )
+                queries.append(text_query)
+            except ValueError:
+                text_query = None  # nothing searchable left after stopwords
+        if not queries:
+            return [], []
+        results = self.index.batch_query(queries, batch_size=len(queries))
+        vector_hits: list[HotHit] = []
+        text_hits: list[HotHit] = []
+        position = 0
+        if vector is not None:
+            vector_hits = [self._hit(row, "vector_distance") for row in results[position]]
+            position += 1
+        if text_query is not None:
+            text_hits = [self._hit(row, "score") for row in results[position]]
+        return vector_hits, text_hits
+
+    @staticmethod
+    def _hit(row: dict[str, Any], score_field: str) -> HotHit:
+        raw = float(row.get(score_field, 0.0) or 0.0)
+        score = 1.0 - raw if score_field == "vector_distance" else raw
+        turn_id = row.get("turn_id")
+        return HotHit(
+            doc_id=row["id"],
+            episode_id=int(row["episode"]),
+            turn_id=int(turn_id) if turn_id not in (None, "") else None,
+            score=score,
+            fields=row,
+        )
+
+    def episode_ids(self, tenant_hex: str, filters: HotFilters | None = None, limit: int = 10_000) -> set[int]:
+        """Ids of the tenant's hot episodes that have an episode document."""
+        self.ensure_index()
+        query = FilterQuery(
+            filter_expression=self._filter(tenant_hex, keys.DOC_EPISODE, filters or HotFilters(exclude_dormant=False)),
+            return_fields=["episode"],
+            num_results=limit,
+        )
+        return {int(row["episode"]) for row in self.index.query(query)}
+
+    def count(self, tenant_hex: str, doctype: str = keys.DOC_TURN) -> int:
+        self.ensure_index()
+        expr = self._filter(tenant_hex, doctype, HotFilters(exclude_dormant=False))
+        return int(self.index.query(CountQuery(filter_expression=expr)))
+
+    def is_ready(self) -> bool:
+        try:
+            return not self.client.info("persistence").get("loading")
+        except HotUnavailable:
+            return False
+
+
+_store: HotStore | None = None
+
+
+def hot_store() -> HotStore:
+    global _store
+    if _store is None:
+        _store = HotStore()
+    return _store

@@ -1,0 +1,60 @@
+"""The one module that names Redis keys and indexes.
+
+Every key is ``mp:{<tenant hex>}:...``: the braces make the tenant a hash tag, so one tenant's keys
+share a cluster slot and tenants can be spread over a Redis Cluster (DESIGN §1).
+"""
+
+from __future__ import annotations
+
+INDEX_NAME = "mp:idx:hot:v1"
+KEY_PREFIX = "mp:{"
+
+DOC_TURN = "turn"
+DOC_EPISODE = "episode"
+
+
+def tenant_tag(tenant_hex: str) -> str:
+    return f"mp:{{{tenant_hex}}}"
+
+
+def turn_key(tenant_hex: str, turn_id: int) -> str:
+    return f"{tenant_tag(tenant_hex)}:turn:{turn_id}"
+
+
+def episode_key(tenant_hex: str, episode_id: int) -> str:
+    return f"{tenant_tag(tenant_hex)}:ep:{episode_id}"
+
+
+def tenant_pattern(tenant_hex: str) -> str:
+    return f"{tenant_tag(tenant_hex)}:*"
+
+
+def hot_schema(dim: int, algorithm: str = "FLAT") -> dict:
+    """The hot index: turn documents and one document per hot episode, told apart by ``doctype``.
+
+    FLAT by default: exact KNN, and a restart reloads in seconds where HNSW rebuilds for minutes
+    while Redis refuses queries (DESIGN §9).
+    """
+    vector_attrs: dict = {"dims": dim, "distance_metric": "cosine", "algorithm": algorithm.lower(), "datatype": "float32"}
+    if algorithm.upper() == "HNSW":
+        vector_attrs.update({"m": 16, "ef_construction": 200})
+    return {
+        "index": {"name": INDEX_NAME, "prefix": KEY_PREFIX, "key_separator": ":", "storage_type": "hash"},
+        "fields": [
+            {"name": "doctype", "type": "tag"},
+            {"name": "tenant", "type": "tag"},
+            {"name": "user_id", "type": "tag"},
+            {"name": "agent_id", "type": "tag"},
+            {"name": "session_id", "type": "tag"},
+            {"name": "kind", "type": "tag"},
+            {"name": "layer", "type": "tag"},
+            {"name": "state", "type": "tag"},
+            {"name": "episode", "type": "tag"},
+            {"name": "role", "type": "tag"},
+            {"name": "tags", "type": "tag", "attrs": {"separator": ","}},
+            {"name": "anchor", "type": "tag"},
+            {"name": "text", "type": "text"},
+            {"name": "occurred_at", "type": "numeric", "attrs": {"sortable": True}},
+            {"name": "embedding", "type": "vector", "attrs": vector_attrs},
+        ],
+    }

@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from .models import PRESETS, JournalEntry, MemoryPolicy, Preset, TickRun, apply_preset
+
+FIELDSETS = (
+    (None, {"fields": ("tenant", "preset", "apply_preset_now", "layer_rule")}),
+    (
+        "Activity score — seed 002",
+        {
+            "fields": (
+                ("coef_in", "coef_out", "coef_access", "coef_traverse"),
+                ("coef_recent_access", "coef_recent_link", "coef_age"),
+                ("t_access_hours", "t_link_hours", "t_age_days"),
+            )
+        },
+    ),
+    (
+        "Layers & LRU — seeds 000/001/003",
+        {
+            "fields": (
+                ("hot_days", "cold_days", "promote_after_accesses"),
+                ("hot_cap_per_session", "hot_quota"),
+                ("warm_points_max", "warm_points_min"),
+                ("priority_recency_weight", "priority_frequency_weight"),
+                ("priority_anchor_weight", "priority_relevance_weight"),
+                ("priority_recency_days", "priority_frequency_cap"),
+                ("priority_hot_above", "priority_cold_at_or_below"),
+            )
+        },
+    ),
+    ("Retrieval — seed 004", {"fields": (("rrf_vector_weight", "rrf_text_weight", "rrf_k"),)}),
+    (
+        "FSRS-6 — seed 004",
+        {
+            "fields": (
+                "fsrs_parameters",
+                "desired_retention",
+                ("retrievability_hot_above", "retrievability_cold_at_or_below"),
+                "forget_below_retrievability",
+            )
+        },
+    ),
+    (
+        "ADR — seed 000",
+        {
+            "fields": (
+                ("adr_initial_weight", "adr_decay_factor", "adr_min_weight"),
+                ("adr_archive_after_days", "adr_archive_weight", "adr_archive_significance"),
+                "activation_limit",
+            )
+        },
+    ),
+    (
+        "Candidates & forgetting — seed 002",
+        {
+            "fields": (
+                ("theta_active", "theta_delete"),
+                ("delete_after_days", "purge_grace_days"),
+                ("merge_similarity", "merge_max_links"),
+                "tick_interval_minutes",
+            )
+        },
+    ),
+    ("Segmentation", {"fields": (("episode_gap_seconds", "episode_split_similarity", "episode_max_turns"),)}),
+    (
+        "Summariser",
+        {
+            "fields": (
+                ("summariser", "warm_target_ratio"),
+                ("llm_base_url", "llm_model"),
+                ("llm_api_key", "llm_timeout_seconds"),
+            )
+        },
+    ),
+)
+
+
+class MemoryPolicyForm(forms.ModelForm):
+    apply_preset_now = forms.BooleanField(
+        required=False,
+        label="Apply the preset's values",
+        help_text="Overwrite the fields the chosen preset governs with its seed's values on save; "
+        "other fields keep what is entered here.",
+    )
+    llm_api_key = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=True),
+        help_text="sent as a Bearer token; never shown in lists",
+    )
+
+    class Meta:
+        model = MemoryPolicy
+        fields = "__all__"
+
+    def _post_clean(self) -> None:
+        # The preset is applied before the model's clean(), so its values are validated too.
+        if self.cleaned_data.get("apply_preset_now") and self.cleaned_data.get("preset"):
+            apply_preset(self.instance, self.cleaned_data["preset"])
+            for name in PRESETS[self.cleaned_data["preset"]]:
+                self.cleaned_data[name] = getattr(self.instance, name)
+        super()._post_clean()
+
+
+@admin.register(MemoryPolicy)
+class MemoryPolicyAdmin(admin.ModelAdmin):
+    form = MemoryPolicyForm
+    fieldsets = FIELDSETS
+    list_display = ("tenant", "preset", "layer_rule", "summariser", "hot_days", "cold_days", "updated_at")
+    list_filter = ("preset", "layer_rule", "summariser")
+    list_select_related = ("tenant",)
+    search_fields = ("tenant__name",)
+    autocomplete_fields = ("tenant",)
+    actions = [f"apply_{name}" for name in Preset.values]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return ("tenant",) if obj is not None else ()
+
+    def _apply(self, request: HttpRequest, queryset: QuerySet[MemoryPolicy], name: str) -> None:
+        done = 0
+        for policy in queryset.select_related("tenant"):
+            apply_preset(policy, name)
+            try:
+                policy.full_clean()
+            except ValidationError as exc:
+                # a preset can clash with a hand-set value (e.g. hot_days past cold_days)
+                self.message_user(request, f"{policy.tenant}: not applied: {exc.messages}", messages.ERROR)
+                continue
+            policy.save()
+            done += 1
+        self.message_user(request, f"applied preset {name!r} to {done} polic(ies)", messages.SUCCESS)
+
+    @admin.action(description="Apply preset: metabolism (seed 002)")
+    def apply_metabolism(self, request: HttpRequest, queryset: QuerySet[MemoryPolicy]) -> None:
+        self._apply(request, queryset, Preset.METABOLISM)
+
+    @admin.action(description="Apply preset: ADR (seed 000)")
+    def apply_adr(self, request: HttpRequest, queryset: QuerySet[MemoryPolicy]) -> None:
+        self._apply(request, queryset, Preset.ADR)
+
+    @admin.action(description="Apply preset: LSM (seed 003)")
+    def apply_lsm(self, request: HttpRequest, queryset: QuerySet[MemoryPolicy]) -> None:
+        self._apply(request, queryset, Preset.LSM)
+
+    @admin.action(description="Apply preset: FSRS-6 (seed 004)")
+    def apply_fsrs(self, request: HttpRequest, queryset: QuerySet[MemoryPolicy]) -> None:
+        self._apply(request, queryset, Preset.FSRS)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Written by the lifecycle only; operators read (rollback comes with the tick's services)."""
+
+    list_select_related = ("tenant",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(TickRun)
+class TickRunAdmin(ReadOnlyAdmin):
+    list_display = ("id", "tenant", "status", "started_at", "now_used", "duration_ms", "counts")
+    list_filter = ("status", "tenant")
+    date_hierarchy = "started_at"
+
+
+@admin.register(JournalEntry)
+class JournalEntryAdmin(ReadOnlyAdmin):
+    list_display = ("id", "tenant", "created_at", "action", "actor", "episode_id_value", "tick_run", "rolled_back_at")
+    list_filter = ("action", "tenant")
+    list_select_related = ("tenant", "tick_run")
+    search_fields = ("episode_id_value", "action")
+    date_hierarchy = "created_at"

@@ -1,0 +1,289 @@
+"""The four seeds' scores as pure functions of (episode stats, policy, now) — DESIGN §5.
+
+Nothing here reads the clock, the database or Redis: the tick, the read path and the admin pass
+``now`` and the counts they already hold, so a replay with the same inputs gives the same numbers.
+A policy is anything with the ``MemoryPolicy`` attributes (an unsaved instance is fine).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from fsrs import Card, Rating, Scheduler
+from fsrs import State as CardState
+
+from episodes.models import Layer, State
+
+Policy = Any  # duck-typed: MemoryPolicy or anything with the same attributes
+
+#: How a use of a memory counts as an FSRS review (DESIGN §5, seed 004).
+RATINGS: dict[str, Rating] = {
+    "access": Rating.Good,  # returned by a search or read
+    "unpack": Rating.Easy,  # deep unpack: the agent needed all of it
+    "unused": Rating.Hard,  # a hit the agent reported as unused through feedback
+}
+
+
+@dataclass(frozen=True)
+class EpisodeStats:
+    """What the scores need to know about one episode; degrees come from the link table."""
+
+    created_at: datetime
+    first_occurred_at: datetime | None = None
+    in_degree: int = 0
+    out_degree: int = 0
+    access_count: int = 0
+    traverse_count: int = 0
+    last_accessed_at: datetime | None = None
+    last_linked_at: datetime | None = None
+    anchor: bool = False
+    stability: float | None = None
+    difficulty: float | None = None
+    last_review_at: datetime | None = None
+    relevance: float | None = None
+
+    @classmethod
+    def from_episode(cls, episode: Any, in_degree: int = 0, out_degree: int = 0) -> EpisodeStats:
+        return cls(
+            created_at=episode.created_at,
+            first_occurred_at=getattr(episode, "first_occurred_at", None),
+            in_degree=in_degree,
+            out_degree=out_degree,
+            access_count=episode.access_count,
+            traverse_count=episode.traverse_count,
+            last_accessed_at=episode.last_accessed_at,
+            last_linked_at=episode.last_linked_at,
+            anchor=bool(episode.anchor),
+            stability=episode.stability,
+            difficulty=episode.difficulty,
+            last_review_at=episode.last_review_at,
+        )
+
+    @property
+    def born_at(self) -> datetime:
+        """An imported conversation is as old as when it happened, not as when it arrived."""
+        if self.first_occurred_at is not None and self.first_occurred_at < self.created_at:
+            return self.first_occurred_at
+        return self.created_at
+
+    @property
+    def last_touched_at(self) -> datetime:
+        return self.last_accessed_at or self.born_at
+
+
+def _seconds(now: datetime, then: datetime) -> float:
+    # A timestamp a little in the future (clock skew between processes) counts as "just now".
+    return max(0.0, (now - then).total_seconds())
+
+
+def _days(now: datetime, then: datetime) -> float:
+    return _seconds(now, then) / 86_400
+
+
+# --- seed 002: activity score ---------------------------------------------------------------
+
+
+def activity_terms(stats: EpisodeStats, policy: Policy, now: datetime) -> dict[str, float]:
+    """The seed 002 score term by term (the admin and the search response show the parts)."""
+    access = 0.0
+    if stats.last_accessed_at is not None:
+        access = math.exp(-_seconds(now, stats.last_accessed_at) / 3600 / policy.t_access_hours)
+    link = 0.0  # never followed through a link: no recent-link signal
+    if stats.last_linked_at is not None:
+        link = math.exp(-_seconds(now, stats.last_linked_at) / 3600 / policy.t_link_hours)
+    return {
+        "in_degree": policy.coef_in * math.log1p(stats.in_degree),
+        "out_degree": policy.coef_out * math.log1p(stats.out_degree),
+        "access_count": policy.coef_access * math.log1p(stats.access_count),
+        "traverse_count": policy.coef_traverse * math.log1p(stats.traverse_count),
+        "recent_access": policy.coef_recent_access * access,
+        "recent_link": policy.coef_recent_link * link,
+        "age": -policy.coef_age * _days(now, stats.born_at) / policy.t_age_days,
+    }
+
+
+def activity_score(stats: EpisodeStats, policy: Policy, now: datetime) -> float:
+    """A·ln(1+in) + B·ln(1+out) + C·ln(1+access) + D·ln(1+traverse) + E·e^(−Δa/Ta) + F·e^(−Δl/Tl) − G·age/Tage."""
+    return sum(activity_terms(stats, policy, now).values())
+
+
+def state_for(
+    score: float,
+    policy: Policy,
+    *,
+    in_degree: int = 0,
+    idle_days: float = 0.0,
+    anchor: bool = False,
+) -> str:
+    """Seed 002 states (DESIGN §4 step 7); a delete candidate is only ever marked, never deleted."""
+    if score >= policy.theta_active:
+        return State.ACTIVE
+    if (
+        score <= policy.theta_delete
+        and in_degree == 0
+        and idle_days >= policy.delete_after_days
+        and not anchor  # anchors never decay (seed 003 §4.6)
+    ):
+        return State.DELETE_CANDIDATE
+    return State.DORMANT
+
+
+def state_of(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
+    return state_for(
+        activity_score(stats, policy, now),
+        policy,
+        in_degree=stats.in_degree,
+        idle_days=_days(now, stats.last_touched_at),
+        anchor=stats.anchor,
+    )
+
+
+def is_merge_candidate(score: float, policy: Policy, *, link_count: int, similarity: float) -> bool:
+    """Seed 002: low score, few links, semantically overlapping (same kind is the caller's filter)."""
+    return score < policy.theta_active and link_count <= policy.merge_max_links and similarity >= policy.merge_similarity
+
+
+# --- seed 004: FSRS-6 retrievability ----------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _scheduler(parameters: tuple[float, ...], desired_retention: float) -> Scheduler:
+    # Fuzzing draws random numbers; intervals are not used here, but determinism is cheap to keep.
+    return Scheduler(parameters=parameters, desired_retention=desired_retention, enable_fuzzing=False)
+
+
+def scheduler_for(policy: Policy) -> Scheduler:
+    return _scheduler(tuple(float(p) for p in policy.fsrs_parameters), float(policy.desired_retention))
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(UTC)  # the fsrs package insists on datetime.timezone.utc
+
+
+def _card(stats: EpisodeStats, scheduler: Scheduler) -> Card:
+    """The episode as an FSRS card. Never reviewed: its creation counts as a first ``Good`` review."""
+    if stats.stability is not None and stats.difficulty is not None:
+        last = stats.last_review_at or stats.last_touched_at
+        return Card(
+            card_id=0,
+            state=CardState.Review,
+            stability=stats.stability,
+            difficulty=stats.difficulty,
+            due=_utc(last),
+            last_review=_utc(last),
+        )
+    born = _utc(stats.born_at)
+    card, _ = scheduler.review_card(Card(card_id=0, due=born), Rating.Good, review_datetime=born)
+    return card
+
+
+def retrievability(stats: EpisodeStats, policy: Policy, now: datetime) -> float:
+    """FSRS-6 R(t, S), the probability the memory is still recalled now (whole days, as in fsrs)."""
+    scheduler = scheduler_for(policy)
+    return float(scheduler.get_card_retrievability(_card(stats, scheduler), current_datetime=_utc(now)))
+
+
+def review(stats: EpisodeStats, policy: Policy, rating: Rating | str, now: datetime) -> tuple[float, float]:
+    """One use of the episode as an FSRS review; returns the new (stability, difficulty)."""
+    if isinstance(rating, str):
+        if rating not in RATINGS:
+            raise ValueError(f"unknown review kind {rating!r}; choose one of {sorted(RATINGS)}")
+        rating = RATINGS[rating]
+    scheduler = scheduler_for(policy)
+    card, _ = scheduler.review_card(_card(stats, scheduler), rating, review_datetime=_utc(now))
+    assert card.stability is not None and card.difficulty is not None
+    return float(card.stability), float(card.difficulty)
+
+
+# --- seed 000: ADR weight -----------------------------------------------------------------
+
+
+def adr_weight(stats: EpisodeStats, policy: Policy, now: datetime) -> float:
+    """w = w0 · decay_factor ** age_days, floored at min_weight."""
+    decayed = policy.adr_initial_weight * policy.adr_decay_factor ** _days(now, stats.born_at)
+    return max(policy.adr_min_weight, decayed)
+
+
+def adr_should_archive(
+    stats: EpisodeStats, policy: Policy, now: datetime, significance: float | None = None
+) -> bool:
+    """Seed 000: age > archive_after_days OR weight < 0.3 OR significance < 0.5; anchors stay."""
+    if stats.anchor:
+        return False
+    if significance is None:
+        significance = priority(stats, policy, now)
+    return (
+        _days(now, stats.born_at) > policy.adr_archive_after_days
+        or adr_weight(stats, policy, now) < policy.adr_archive_weight
+        or significance < policy.adr_archive_significance
+    )
+
+
+# --- seed 003: priority -----------------------------------------------------------------------
+
+
+def priority_terms(
+    stats: EpisodeStats, policy: Policy, now: datetime, relevance: float | None = None
+) -> dict[str, float]:
+    if relevance is None:
+        relevance = stats.relevance
+    idle_days = _days(now, stats.last_touched_at)
+    frequency = min(1.0, math.log1p(stats.access_count) / math.log1p(policy.priority_frequency_cap))
+    return {
+        "recency": policy.priority_recency_weight * math.exp(-idle_days / policy.priority_recency_days),
+        "frequency": policy.priority_frequency_weight * frequency,
+        "anchor": policy.priority_anchor_weight if stats.anchor else 0.0,
+        # a cosine can be negative; an unrelated memory simply gets nothing for relevance
+        "relevance": policy.priority_relevance_weight * min(1.0, max(0.0, relevance or 0.0)),
+    }
+
+
+def priority(stats: EpisodeStats, policy: Policy, now: datetime, relevance: float | None = None) -> float:
+    """recency (0-0.3) + frequency (0-0.2) + anchor (0.3) + relevance (0-0.2), bounded to [0, 1]."""
+    return min(1.0, max(0.0, sum(priority_terms(stats, policy, now, relevance).values())))
+
+
+def priority_layer(
+    p: float, *, hot_above: float = 0.7, cold_at_or_below: float = 0.3, anchor: bool = False
+) -> str:
+    """Seed 003: > 0.7 hot, 0.3-0.7 warm, <= 0.3 cold; an anchor never goes cold (§4.6)."""
+    if p > hot_above:
+        return Layer.HOT
+    if p > cold_at_or_below or anchor:
+        return Layer.WARM
+    return Layer.COLD
+
+
+# --- the layer an episode belongs in under the policy's rule ---------------------------------
+
+
+def layer_for(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
+    """Where the episode belongs by its own signals (the per-session cap and tenant quota are the
+    tick's, since they compare episodes). Anchors are exempt from every automatic demotion."""
+    if stats.anchor:
+        return Layer.HOT
+    rule = policy.layer_rule
+    if rule == "priority":
+        return priority_layer(
+            priority(stats, policy, now),
+            hot_above=policy.priority_hot_above,
+            cold_at_or_below=policy.priority_cold_at_or_below,
+        )
+    if rule == "retrievability":
+        return priority_layer(
+            retrievability(stats, policy, now),
+            hot_above=policy.retrievability_hot_above,
+            cold_at_or_below=policy.retrievability_cold_at_or_below,
+        )
+    idle_days = _days(now, stats.last_touched_at)
+    if idle_days >= policy.cold_days:
+        return Layer.COLD
+    if rule == "weight":  # ADR: active memory or archive (seed 000); the archive is warm
+        return Layer.WARM if adr_should_archive(stats, policy, now) else Layer.HOT
+    if rule == "activity":  # seeds 001/003 time triggers; the activity score orders cap evictions
+        return Layer.WARM if idle_days >= policy.hot_days else Layer.HOT
+    raise ValueError(f"unknown layer rule {rule!r}")

@@ -1,0 +1,81 @@
+"""`bench ingest`: turns per second through the ingest service, three ways."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+from django.utils import timezone
+
+from episodes.services import Scope, TurnInput, turns_ingest
+from episodes.stores.hot import hot_store
+from memory_platform.tenancy.models import Tenant
+from memory_platform.tenancy.services import tenant_create
+
+WORDS = (
+    "deploy budget meeting travel recipe garden python invoice hiking concert guitar painting dentist "
+    "vacation marathon project deadline review family birthday museum coffee weather football novel"
+).split()
+
+
+def synthetic_turns(count: int, rng: np.random.Generator, with_vectors: bool) -> list[TurnInput]:
+    start = timezone.now() - timedelta(days=30)
+    turns = []
+    vectors = None
+    if with_vectors:
+        # A conversation stays on a topic for a while: vectors near a topic centre, a new centre
+        # every 12 turns, so segmentation sees what it would see on real text.
+        centres = rng.normal(size=(count // 12 + 1, 384)).astype(np.float32)
+        vectors = centres[np.arange(count) // 12] + 0.3 * rng.normal(size=(count, 384)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    for i in range(count):
+        words = " ".join(rng.choice(WORDS, size=12))
+        turns.append(
+            TurnInput(
+                role="user" if i % 2 == 0 else "assistant",
+                text=f"Turn {i}: we talked about {words}.",
+                scope=Scope(user_id="bench", session_id=f"session-{i // 200}"),
+                occurred_at=start + timedelta(seconds=30 * i),
+                vector=vectors[i] if vectors is not None else None,
+            )
+        )
+    return turns
+
+
+def run_mode(
+    mode: str, turns: int, batch: int, seed: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    embedder = {"durable": "local", "provided": "provided", "local": "local"}[mode]
+    tenant = tenant_create(name=f"bench-ingest-{mode}-{uuid.uuid4().hex[:8]}", embedder=embedder)
+    rng = np.random.default_rng(seed)
+    data = synthetic_turns(turns, rng, with_vectors=mode == "provided")
+    if mode == "local":  # load the model outside the timing, as a running server has it loaded
+        from memory_platform.embeddings import get_embedder
+
+        get_embedder("local").embed(["warm-up"])
+    try:
+        started = time.perf_counter()
+        for offset in range(0, turns, batch):
+            turns_ingest(
+                tenant=tenant,
+                turns=data[offset : offset + batch],
+                now=timezone.now(),
+                asynchronous=mode == "durable",
+            )
+            done = min(offset + batch, turns)
+            if done % (batch * 10) == 0 or done == turns:
+                log(f"  {mode}: {done}/{turns} turns")
+        elapsed = time.perf_counter() - started
+    finally:
+        _drop(tenant)
+    return {"mode": mode, "turns": turns, "batch": batch, "seconds": round(elapsed, 3),
+            "turns_per_s": round(turns / elapsed, 1)}
+
+
+def _drop(tenant: Tenant) -> None:
+    hot_store().drop_tenant(tenant.id.hex)
+    tenant.delete()

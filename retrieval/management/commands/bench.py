@@ -1,0 +1,58 @@
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = (
+        "Benchmarks. `bench ingest`: turns/s durable-only (Postgres write, async indexing), with caller "
+        "vectors (`provided`: Postgres + Redis) and with the local MiniLM embedder. `bench search`: search "
+        "latency at 10k/100k episodes through the service and over HTTP."
+    )
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("what", choices=["ingest", "search"])
+        parser.add_argument("--turns", type=int, default=2000, help="ingest: turns per mode")
+        parser.add_argument("--batch", type=int, default=100, help="ingest: turns per call")
+        parser.add_argument("--modes", default="durable,provided,local")
+        parser.add_argument("--sizes", default="10000,100000", help="search: episode counts")
+        parser.add_argument("--queries", type=int, default=200, help="search: queries per measurement")
+        parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--json", action="store_true")
+        parser.add_argument("--keep", action="store_true", help="search: keep the loaded tenants")
+
+    def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
+        log = (lambda msg: self.stderr.write(msg)) if opts["json"] else (lambda msg: self.stdout.write(msg))
+        if opts["what"] == "ingest":
+            from retrieval.bench.ingest import run_mode
+
+            rows = [
+                run_mode(mode.strip(), opts["turns"], opts["batch"], opts["seed"], log)
+                for mode in opts["modes"].split(",")
+            ]
+            if opts["json"]:
+                self.stdout.write(json.dumps({"bench": "ingest", "results": rows}))
+                return
+            self.stdout.write(f"{'mode':<10}{'turns':>8}{'batch':>7}{'seconds':>10}{'turns/s':>10}")
+            for r in rows:
+                self.stdout.write(
+                    f"{r['mode']:<10}{r['turns']:>8}{r['batch']:>7}{r['seconds']:>10.2f}{r['turns_per_s']:>10.1f}"
+                )
+            return
+        try:
+            from retrieval.bench.search import run_search_bench
+        except ImportError as exc:
+            raise CommandError(f"search benchmark unavailable: {exc}") from exc
+        result = run_search_bench(
+            sizes=[int(s) for s in opts["sizes"].split(",")],
+            queries=opts["queries"],
+            seed=opts["seed"],
+            keep=opts["keep"],
+            log=log,
+        )
+        if opts["json"]:
+            self.stdout.write(json.dumps({"bench": "search", "results": result}))
+        else:
+            from retrieval.bench.search import format_table
+
+            self.stdout.write(format_table(result))

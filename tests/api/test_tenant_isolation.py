@@ -1,0 +1,76 @@
+"""An outsider tenant must see and touch nothing of ours, by any endpoint."""
+
+import pytest
+
+from episodes.models import Episode, Link
+from episodes.stores.hot import HotFilters, hot_store
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def ours(caller):
+    a = caller.post("/api/v1/memories", {"text": "our secret launch date is 9 June"}).json()["id"]
+    body = caller.post(
+        "/api/v1/turns", {"session_id": "s1", "turns": [{"role": "user", "text": "the launch is secret"}]}
+    ).json()
+    return a, body["episode_ids"][0]
+
+
+def test_outsider_lists_nothing(ours, outsider):
+    assert outsider.get("/api/v1/memories").json()["results"] == []
+    assert outsider.get("/api/v1/memories", {"session_id": "s1"}).json()["results"] == []
+    assert outsider.get("/api/v1/memories", {"state": "forgotten"}).json()["results"] == []
+
+
+@pytest.mark.parametrize(
+    ("method", "suffix", "data"),
+    [
+        ("get", "", None),
+        ("get", "?depth=deep", None),
+        ("delete", "", None),
+        ("post", "/restore", None),
+        ("post", "/anchor", None),
+        ("delete", "/anchor", None),
+        ("post", "/links", "self-target"),
+        ("delete", "/links", "self-target"),
+    ],
+)
+def test_outsider_gets_404_on_our_ids(ours, outsider, caller, method, suffix, data):
+    a, b = ours
+    before = list(Episode.objects.order_by("pk").values_list("pk", "state", "anchor", "version"))
+    payload = None
+    if data == "self-target":
+        own = outsider.post("/api/v1/memories", {"text": "outsider note"}).json()["id"]
+        payload = {"target_id": b}
+        # our id as the source
+        response = getattr(outsider, method)(f"/api/v1/memories/{a}{suffix}", payload)
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "not_found"
+        # our id as the target of the outsider's own memory
+        response = getattr(outsider, method)(f"/api/v1/memories/{own}{suffix}", {"target_id": a})
+        assert response.status_code == 404
+        assert not Link.objects.filter(dst_id=a).exists()
+        return
+    path = f"/api/v1/memories/{a}{suffix}"
+    response = getattr(outsider, method)(path) if payload is None else getattr(outsider, method)(path, payload)
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+    after = list(Episode.objects.order_by("pk").values_list("pk", "state", "anchor", "version"))
+    assert after == before
+
+
+def test_outsider_finds_nothing_in_the_hot_store(ours, outsider):
+    a, _ = ours
+    vector = Episode.objects.get(pk=a).embedding
+    store = hot_store()
+    vector_hits, text_hits = store.search(
+        outsider.tenant.id.hex, vector=vector, text="secret launch", filters=HotFilters(exclude_dormant=False), k=10
+    )
+    assert vector_hits == [] and text_hits == []
+    assert store.episode_ids(outsider.tenant.id.hex) == set()
+    # and the owner does find it, so the query itself works
+    mine, _ = store.search(
+        Episode.objects.get(pk=a).tenant.id.hex, vector=vector, text=None, filters=HotFilters(), k=10
+    )
+    assert a in {h.episode_id for h in mine}

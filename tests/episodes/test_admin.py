@@ -1,0 +1,34 @@
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client(client):
+    user = get_user_model().objects.create_superuser("op", "op@example.com", "pw-12345678")
+    client.force_login(user)
+    return client
+
+
+def test_episode_changelist_has_no_n_plus_one(admin_client, caller):
+    caller.post("/api/v1/memories", {"text": "one"})
+    with CaptureQueriesContext(connection) as few:
+        assert admin_client.get("/admin/episodes/episode/").status_code == 200
+    for i in range(10):
+        caller.post("/api/v1/memories", {"text": f"more {i}"})
+    with CaptureQueriesContext(connection) as many:
+        assert admin_client.get("/admin/episodes/episode/").status_code == 200
+    assert len(many) == len(few)
+
+
+def test_episode_change_page_and_turns_render(admin_client, caller):
+    episode_id = caller.post("/api/v1/memories", {"text": "remember the milk"}).json()["id"]
+    page = admin_client.get(f"/admin/episodes/episode/{episode_id}/change/")
+    assert page.status_code == 200
+    assert b"remember the milk" in page.content
+    assert admin_client.get("/admin/episodes/turn/").status_code == 200
+    assert admin_client.get("/admin/tenancy/tenant/").status_code == 200
+    assert admin_client.get("/admin/tenancy/apikey/").status_code == 200

@@ -1,0 +1,126 @@
+"""Bad input gets a clear 4xx with the error envelope and writes nothing."""
+
+import pytest
+
+from episodes.models import Episode, Link, Turn
+from tests.conftest import unit_vectors
+
+pytestmark = pytest.mark.django_db
+
+
+def _counts():
+    return Turn.objects.count(), Episode.objects.count(), Link.objects.count()
+
+
+def _good_turn(**overrides):
+    turn = {"role": "user", "text": "hello"}
+    turn.update(overrides)
+    return turn
+
+
+TOO_LONG = "x" * 32_001
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"turns": [_good_turn(), {"role": "user"}]}, "turns"),
+        ({"turns": [_good_turn(text="")]}, "turns"),
+        ({"turns": [_good_turn(text="   ")]}, "turns"),
+        ({"turns": [_good_turn(text=TOO_LONG)]}, "turns"),
+        ({"turns": [_good_turn(occurred_at="last blursday")]}, "turns"),
+        ({"turns": [_good_turn(role="wizard")]}, "turns"),
+        ({"turns": [_good_turn(role="memory")]}, "turns"),
+        ({"turns": [_good_turn(colour="blue")]}, "turns"),
+        ({"turns": [_good_turn()], "tenant_id": "someone-else"}, "tenant_id"),
+        ({"turns": []}, "turns"),
+        ({"turns": "hello"}, "turns"),
+        ({"turns": [_good_turn(metadata=["not", "an", "object"])]}, "turns"),
+        ({"turns": [_good_turn(metadata={"blob": "x" * 20_000})]}, "turns"),
+        ({"turns": [_good_turn(vector=[0.1] * 10)]}, "turns"),
+        ({"turns": [_good_turn(vector=[0.0] * 384)]}, "turns"),
+        ({"turns": [_good_turn(vector=["a"] * 384)]}, "turns"),
+        ({"turns": [_good_turn(session_id="s" * 300)]}, "turns"),
+    ],
+)
+def test_bad_turns_are_400_and_write_nothing(caller, payload, field):
+    before = _counts()
+    response = caller.post("/api/v1/turns", payload)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "invalid"
+    assert field in error["details"]
+    assert _counts() == before
+
+
+def test_nan_in_a_vector_is_400(caller):
+    before = _counts()
+    body = '{"turns": [{"role": "user", "text": "hi", "vector": [NaN' + ", 0.1" * 383 + "]}]}"
+    response = caller.client.post("/api/v1/turns", body, content_type="application/json")
+    assert response.status_code == 400
+    assert "error" in response.json()
+    assert _counts() == before
+
+
+def test_nan_in_a_memory_vector_is_400(provided):
+    before = _counts()
+    body = '{"text": "hi", "vector": [Infinity' + ", 0.1" * 383 + "]}"
+    response = provided.client.post("/api/v1/memories", body, content_type="application/json")
+    assert response.status_code == 400
+    assert _counts() == before
+
+
+def test_an_oversized_batch_is_413(caller):
+    before = _counts()
+    response = caller.post("/api/v1/turns", {"turns": [_good_turn() for _ in range(501)]})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "too_large"
+    assert _counts() == before
+
+
+def test_a_body_over_the_request_limit_is_413(caller):
+    before = _counts()
+    body = '{"turns": [' + ",".join(['{"role": "user", "text": "' + "y" * 30_000 + '"}'] * 200) + "]}"
+    response = caller.client.post("/api/v1/turns", body, content_type="application/json")
+    assert response.status_code == 413
+    assert _counts() == before
+
+
+def test_malformed_json_is_400(caller):
+    response = caller.client.post("/api/v1/turns", "{not json", content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "parse_error"
+
+
+def test_a_provided_tenant_must_send_vectors(provided):
+    before = _counts()
+    response = provided.post("/api/v1/turns", {"turns": [_good_turn()]})
+    assert response.status_code == 400
+    assert "vector" in response.json()["error"]["details"]["turns"][0]
+    assert _counts() == before
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"text": ""},
+        {"text": "ok", "kind": "not a slug!"},
+        {"text": "ok", "tags": "not-a-list"},
+        {"text": "ok", "anchor": "perhaps"},
+        {"text": "ok", "vector": [1.0] * 383},
+        {"text": "ok", "surprise": 1},
+    ],
+)
+def test_bad_memories_are_400_and_write_nothing(caller, payload):
+    before = _counts()
+    response = caller.post("/api/v1/memories", payload)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid"
+    assert _counts() == before
+
+
+def test_linking_to_itself_is_400(provided):
+    vector = unit_vectors(1)[0].tolist()
+    episode_id = provided.post("/api/v1/memories", {"text": "a", "vector": vector}).json()["id"]
+    response = provided.post(f"/api/v1/memories/{episode_id}/links", {"target_id": episode_id})
+    assert response.status_code == 400
