@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -71,6 +72,13 @@ STRICTLY_ORDERED_FIELDS = (
     ("priority_cold_at_or_below", "priority_hot_above"),
     ("retrievability_cold_at_or_below", "retrievability_hot_above"),
 )
+
+
+def validate_base_url(value: str) -> None:
+    # URLValidator refuses single-label hosts, and an in-cluster service name ("http://llm:8000") is normal.
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError(f"llm_base_url must be an http(s) URL with a host (got {value!r}).")
 
 
 class Preset(models.TextChoices):
@@ -188,7 +196,13 @@ class MemoryPolicy(models.Model):
         help_text="seed 003 compression: how hot episodes are packed to warm and cold",
     )
     warm_target_ratio = _f(0.25, "seed 003 F3/NF4: the warm shape aims at this share of the raw text")
-    llm_base_url = models.URLField(blank=True, default="", help_text="OpenAI-compatible base URL, e.g. …/v1")
+    llm_base_url = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        validators=[validate_base_url],
+        help_text="OpenAI-compatible base URL, e.g. http://llm:8000/v1 (POSTs to <base>/chat/completions)",
+    )
     llm_model = models.CharField(max_length=200, blank=True, default="")
     llm_api_key = models.CharField(max_length=500, blank=True, default="", help_text="sent as a Bearer token")
     llm_timeout_seconds = _f(20.0, "the LLM summariser gives up (and falls back) after this long")
@@ -290,7 +304,7 @@ class MemoryPolicy(models.Model):
         priority_sum = sum(getattr(self, name) for name in PRIORITY_WEIGHTS)
         if "priority_recency_weight" not in errors and priority_sum > 1 + 1e-9:
             errors["priority_recency_weight"] = (
-                f"the four priority weights must add up to at most 1 (they add up to {priority_sum:g})."
+                f"{' + '.join(PRIORITY_WEIGHTS)} must add up to at most 1 (they add up to {priority_sum:g})."
             )
         fsrs_error = fsrs_parameters_error(self.fsrs_parameters)
         if fsrs_error:

@@ -261,18 +261,15 @@ def priority_layer(
 # --- the layer an episode belongs in under the policy's rule ---------------------------------
 
 
+_LAYER_ORDER = [Layer.HOT, Layer.WARM, Layer.COLD]
+
+
 def layer_for(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
     """Where the episode belongs by its own signals (the per-session cap and tenant quota are the
     tick's, since they compare episodes). Anchors are exempt from every automatic demotion."""
     if stats.anchor:
         return Layer.HOT
     rule = policy.layer_rule
-    if rule == "priority":
-        return priority_layer(
-            priority(stats, policy, now),
-            hot_above=policy.priority_hot_above,
-            cold_at_or_below=policy.priority_cold_at_or_below,
-        )
     if rule == "retrievability":
         return priority_layer(
             retrievability(stats, policy, now),
@@ -280,10 +277,20 @@ def layer_for(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
             cold_at_or_below=policy.retrievability_cold_at_or_below,
         )
     idle_days = _days(now, stats.last_touched_at)
-    if idle_days >= policy.cold_days:
+    by_time = Layer.COLD if idle_days >= policy.cold_days else Layer.WARM if idle_days >= policy.hot_days else Layer.HOT
+    if rule == "priority":
+        # Seed 003 has both time triggers (14 days, 3 months) and priority thresholds; without a
+        # query no plain episode can pass 0.7, so the priority keeps an episode up, never pushes it down.
+        by_priority = priority_layer(
+            priority(stats, policy, now),
+            hot_above=policy.priority_hot_above,
+            cold_at_or_below=policy.priority_cold_at_or_below,
+        )
+        return min(by_time, by_priority, key=_LAYER_ORDER.index)
+    if by_time == Layer.COLD:
         return Layer.COLD
     if rule == "weight":  # ADR: active memory or archive (seed 000); the archive is warm
         return Layer.WARM if adr_should_archive(stats, policy, now) else Layer.HOT
     if rule == "activity":  # seeds 001/003 time triggers; the activity score orders cap evictions
-        return Layer.WARM if idle_days >= policy.hot_days else Layer.HOT
+        return by_time
     raise ValueError(f"unknown layer rule {rule!r}")

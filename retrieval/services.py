@@ -1,12 +1,537 @@
-"""The read path: search, activate, context, unpack."""
+"""The read path: hybrid search over every tier, activation, context assembly, unpacking.
+
+One query embedding; hot candidates from Redis (KNN + BM25 over turns, one round trip), warm and
+cold candidates from Postgres (pgvector + full text); weighted RRF; grouped by episode; re-ranked
+by the seed-003 priority; each hit shaped by its layer.
+"""
 
 from __future__ import annotations
 
+import logging
+import math
+import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+from django.db import transaction
+from django.db.models import F, Q
+
+from episodes import selectors as episode_selectors
+from episodes.models import Episode, Layer, Link, State, Turn
+from episodes.services import EpisodeNotFound, episodes_index_hot
+from episodes.stores import archive
+from episodes.stores.hot import HotFilters, HotUnavailable, hot_store
+from memory_platform.conf import memory_settings
+from memory_platform.embeddings import EmbeddingError, get_embedder
 from memory_platform.tenancy.models import Tenant
 
+from .fusion import weighted_rrf
+from .query import SearchQuery
 
-def unpack(*, tenant: Tenant, episode_id: int, now: datetime) -> dict[str, Any]:
-    raise NotImplementedError
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetrievalWeights:
+    vector: float = 0.7
+    text: float = 0.3
+    k: int = 60
+    #: How much the seed-003 priority (recency, frequency, anchor) moves a hit, relative to
+    #: its relevance; relevance stays first.
+    priority: float = 0.15
+    candidates: int = 50
+
+
+def default_weights(tenant: Tenant) -> RetrievalWeights:
+    policy = getattr(tenant, "policy", None)
+    if policy is not None:
+        return RetrievalWeights(vector=policy.rrf_vector_weight, text=policy.rrf_text_weight, k=policy.rrf_k)
+    return RetrievalWeights(
+        vector=float(memory_settings.RRF_VECTOR_WEIGHT),
+        text=float(memory_settings.RRF_TEXT_WEIGHT),
+        k=int(memory_settings.RRF_K),
+        candidates=int(memory_settings.SEARCH_CANDIDATES),
+    )
+
+
+@dataclass
+class Hit:
+    episode: Episode
+    relevance: float
+    score: float = 0.0
+    matched: list[tuple[int, float]] = field(default_factory=list)  # (turn id, fused score)
+    explain: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SearchResult:
+    hits: list[Hit]
+    degraded: bool
+    took_ms: float
+    query_vector: np.ndarray | None = None
+
+    def ranked_items(self) -> list[tuple[str, int, float]]:
+        """The ranked list as the evaluation counts it: one item per matched turn of a hot hit,
+        one per warm or cold hit, ordered by the item's own score."""
+        items: list[tuple[str, int, float]] = []
+        for hit in self.hits:
+            if hit.episode.layer == Layer.HOT and hit.matched:
+                factor = hit.score / hit.relevance if hit.relevance else 1.0
+                items.extend(("turn", turn_id, s * factor) for turn_id, s in hit.matched)
+            else:
+                items.append(("episode", hit.episode.pk, hit.score))
+        items.sort(key=lambda x: -x[2])
+        return items
+
+
+def query_vector(tenant: Tenant, query: SearchQuery) -> np.ndarray | None:
+    if query.vector is not None:
+        return query.vector
+    embedder = get_embedder(tenant.embedder)
+    if not embedder.computes or not query.text.strip():
+        return None
+    try:
+        return embedder.embed_one(query.text)
+    except EmbeddingError as exc:
+        logger.warning("query embedding failed, searching text only: %s", exc)
+        return None
+
+
+def search(
+    *, tenant: Tenant, query: SearchQuery, now: datetime, weights: RetrievalWeights | None = None
+) -> SearchResult:
+    started = time.perf_counter()
+    weights = weights or default_weights(tenant)
+    vector = query_vector(tenant, query)
+    k = max(weights.candidates, query.limit * 3)
+    degraded = False
+    hot_turns: dict[int, list[tuple[int, float]]] = {}
+    episode_relevance: dict[int, float] = {}
+    explain: dict[int, dict[str, Any]] = {}
+
+    layers = tuple(query.layers)
+    archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
+    if Layer.HOT in layers:
+        try:
+            if not hot_store().is_ready():
+                raise HotUnavailable[0]("redis is loading")
+            hot_turns, hot_explain = _hot_candidates(tenant, query, vector, k, weights)
+            explain.update(hot_explain)
+            for episode_id, turns in hot_turns.items():
+                episode_relevance[episode_id] = turns[0][1]
+        except HotUnavailable as exc:
+            logger.warning("hot tier unavailable, answering from Postgres: %s", exc)
+            degraded = True
+            archive_layers = layers
+
+    if archive_layers:
+        for episode_id, (score, parts) in _archive_candidates(
+            tenant, query, vector, k, weights, archive_layers
+        ).items():
+            if score > episode_relevance.get(episode_id, 0.0):
+                episode_relevance[episode_id] = score
+                explain[episode_id] = parts
+
+    episodes = {
+        e.pk: e
+        for e in Episode.objects.filter(tenant=tenant, pk__in=list(episode_relevance)).exclude(state=State.FORGOTTEN)
+    }
+    if degraded and vector is not None:
+        hot_ids = [pk for pk, e in episodes.items() if e.layer == Layer.HOT]
+        for episode_id, sims in archive.turn_similarities(hot_ids, vector).items():
+            base = episode_relevance[episode_id]
+            hot_turns[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
+
+    hits = _rerank(episodes, episode_relevance, hot_turns, explain, weights, now, query.explain)
+    hits = hits[: query.limit]
+    if query.record_access and hits:
+        record_access(tenant=tenant, episode_ids=[h.episode.pk for h in hits], now=now)
+    return SearchResult(
+        hits=hits, degraded=degraded, took_ms=(time.perf_counter() - started) * 1000, query_vector=vector
+    )
+
+
+def _hot_candidates(
+    tenant: Tenant, query: SearchQuery, vector: np.ndarray | None, k: int, weights: RetrievalWeights
+) -> tuple[dict[int, list[tuple[int, float]]], dict[int, dict[str, Any]]]:
+    filters = HotFilters(
+        user_id=query.user_id,
+        agent_id=query.agent_id,
+        session_id=query.session_id,
+        kinds=query.kinds,
+        tags=query.tags,
+        occurred_from=query.occurred_from.timestamp() if query.occurred_from else None,
+        occurred_to=query.occurred_to.timestamp() if query.occurred_to else None,
+        exclude_dormant=not query.include_dormant,
+    )
+    vector_hits, text_hits = hot_store().search(tenant.id.hex, vector=vector, text=query.text, filters=filters, k=k)
+    episode_of = {h.turn_id: h.episode_id for h in vector_hits + text_hits if h.turn_id is not None}
+    fused = weighted_rrf(
+        {
+            "vector": [h.turn_id for h in vector_hits if h.turn_id is not None],
+            "text": [h.turn_id for h in text_hits if h.turn_id is not None],
+        },
+        {"vector": weights.vector, "text": weights.text},
+        k=weights.k,
+    )
+    per_episode: dict[int, list[tuple[int, float]]] = {}
+    explain: dict[int, dict[str, Any]] = {}
+    for item in fused:
+        turn_id = int(item.key)  # type: ignore[call-overload]
+        episode_id = episode_of[turn_id]
+        per_episode.setdefault(episode_id, []).append((turn_id, item.score))
+        if episode_id not in explain:
+            explain[episode_id] = {
+                "source": "hot",
+                "best_turn_id": turn_id,
+                "vector_rank": item.ranks.get("vector"),
+                "text_rank": item.ranks.get("text"),
+                "rrf": item.score,
+            }
+    return per_episode, explain
+
+
+def _archive_candidates(
+    tenant: Tenant,
+    query: SearchQuery,
+    vector: np.ndarray | None,
+    k: int,
+    weights: RetrievalWeights,
+    layers: tuple[str, ...],
+) -> dict[int, tuple[float, dict[str, Any]]]:
+    filters = archive.ArchiveFilters(
+        layers=layers,
+        user_id=query.user_id,
+        agent_id=query.agent_id,
+        session_id=query.session_id,
+        kinds=query.kinds,
+        tags=query.tags,
+        occurred_from=query.occurred_from,
+        occurred_to=query.occurred_to,
+        include_dormant=query.include_dormant,
+    )
+    vector_hits, text_hits = archive.search(str(tenant.id), vector=vector, text=query.text, filters=filters, k=k)
+    fused = weighted_rrf(
+        {"vector": [e for e, _ in vector_hits], "text": [e for e, _ in text_hits]},
+        {"vector": weights.vector, "text": weights.text},
+        k=weights.k,
+    )
+    return {
+        int(item.key): (  # type: ignore[call-overload]
+            item.score,
+            {"source": "postgres", "vector_rank": item.ranks.get("vector"), "text_rank": item.ranks.get("text"),
+             "rrf": item.score},
+        )
+        for item in fused
+    }
+
+
+def priority_parts(episode: Episode, now: datetime) -> dict[str, float]:
+    """Seed 003's priority without its relevance term: recency (0-0.3), frequency (0-0.2),
+    anchor (0.3)."""
+    idle_days = max(0.0, (now - episode.last_accessed_at).total_seconds() / 86400)
+    recency = 0.3 * math.exp(-idle_days / 30.0)
+    frequency = 0.2 * min(1.0, math.log1p(episode.access_count) / math.log1p(50))
+    anchor = 0.3 if episode.anchor else 0.0
+    return {"recency": recency, "frequency": frequency, "anchor": anchor}
+
+
+def _rerank(
+    episodes: dict[int, Episode],
+    relevance: dict[int, float],
+    hot_turns: dict[int, list[tuple[int, float]]],
+    explain: dict[int, dict[str, Any]],
+    weights: RetrievalWeights,
+    now: datetime,
+    with_explain: bool,
+) -> list[Hit]:
+    if not relevance:
+        return []
+    top = max(relevance.values()) or 1.0
+    hits = []
+    for episode_id, episode in episodes.items():
+        rel = relevance[episode_id] / top  # 0-1
+        parts = priority_parts(episode, now)
+        priority = sum(parts.values()) + 0.2 * rel
+        hit = Hit(episode=episode, relevance=relevance[episode_id], matched=hot_turns.get(episode_id, []))
+        # Relevance first; the priority moves a hit by at most `weights.priority` of itself.
+        hit.score = relevance[episode_id] * (1.0 + weights.priority * priority)
+        if with_explain:
+            hit.explain = {**explain.get(episode_id, {}), **parts, "relevance": rel, "priority": priority,
+                           "score": hit.score}
+        hits.append(hit)
+    hits.sort(key=lambda h: -h.score)
+    return hits
+
+
+def record_access(*, tenant: Tenant, episode_ids: list[int], now: datetime, traversed: list[int] | None = None) -> None:
+    """Count a use without read-modify-write: F() updates, and a version bump so a migration in
+    flight sees the touch and abandons (seed 001)."""
+    if episode_ids:
+        Episode.objects.filter(tenant=tenant, pk__in=episode_ids).update(
+            access_count=F("access_count") + 1, last_accessed_at=now, version=F("version") + 1
+        )
+    if traversed:
+        Episode.objects.filter(tenant=tenant, pk__in=traversed).update(
+            traverse_count=F("traverse_count") + 1, last_accessed_at=now, version=F("version") + 1
+        )
+
+
+# --- shaping ---------------------------------------------------------------------------------------
+def hit_shape(hit: Hit, turns_by_episode: dict[int, list[Turn]], deep: bool) -> dict[str, Any]:
+    episode = hit.episode
+    body: dict[str, Any] = {
+        "episode_id": episode.pk,
+        "layer": episode.layer,
+        "kind": episode.kind,
+        "title": episode.title,
+        "score": round(hit.score, 6),
+        "anchor": episode.anchor,
+        "state": episode.state,
+        "scope": {"user_id": episode.user_id, "agent_id": episode.agent_id, "session_id": episode.session_id},
+        "first_occurred_at": episode.first_occurred_at.isoformat(),
+        "last_occurred_at": episode.last_occurred_at.isoformat(),
+        "entities": episode.entities,
+        "decisions": episode.decisions,
+        "unpack": f"/api/v1/memories/{episode.pk}/unpack",
+    }
+    turns = turns_by_episode.get(episode.pk, [])
+    body["turn_ids"] = [t.pk for t in turns]
+    if episode.layer == Layer.HOT or deep:
+        body["turns"] = [episode_selectors.turn_shape(t) for t in turns]
+    if episode.layer == Layer.HOT:
+        body["matched_turn_ids"] = [t for t, _ in hit.matched]
+    elif episode.layer == Layer.WARM:
+        body.update(summary=episode.summary, key_points=episode.key_points, partial=not deep)
+    else:
+        body.update(headline=episode.headline, tags=list(dict.fromkeys(episode.tags + episode.keywords)),
+                    index_only=not deep)
+    if hit.explain:
+        body["explain"] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in hit.explain.items()}
+    return body
+
+
+def turns_for(episode_ids: list[int], *, full: set[int]) -> dict[int, list[Turn]]:
+    """Turns per episode: every field for ``full`` episodes, ids only for the others."""
+    out: dict[int, list[Turn]] = {e: [] for e in episode_ids}
+    if not episode_ids:
+        return out
+    qs = Turn.objects.filter(episode_id__in=episode_ids).order_by("episode_id", "seq", "id")
+    for turn in qs.filter(episode_id__in=full).defer("embedding"):
+        out[turn.episode_id].append(turn)
+    for turn in qs.exclude(episode_id__in=full).only("id", "episode_id", "seq"):
+        out[turn.episode_id].append(turn)
+    return out
+
+
+def search_shaped(*, tenant: Tenant, query: SearchQuery, now: datetime) -> dict[str, Any]:
+    result = search(tenant=tenant, query=query, now=now)
+    deep = query.depth == "deep"
+    if deep:
+        for hit in result.hits:
+            if hit.episode.layer != Layer.HOT:
+                unpack(tenant=tenant, episode_id=hit.episode.pk, now=now, record=False)
+    ids = [h.episode.pk for h in result.hits]
+    full = {h.episode.pk for h in result.hits if h.episode.layer == Layer.HOT or deep}
+    turns = turns_for(ids, full=full)
+    return {
+        "results": [hit_shape(h, turns, deep) for h in result.hits],
+        "degraded": result.degraded,
+        "took_ms": round(result.took_ms, 2),
+    }
+
+
+# --- activation (seed 000) ------------------------------------------------------------------------
+def activate(*, tenant: Tenant, kind: str, query_text: str, limit: int, now: datetime,
+             scope: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """Top memories of one event type, by score: by relevance when a query is given, else by
+    priority (recency, frequency, anchor)."""
+    scope = scope or {}
+    if query_text.strip():
+        return search_shaped(
+            tenant=tenant,
+            query=SearchQuery(text=query_text, kinds=(kind,), limit=limit, **scope),  # type: ignore[arg-type]
+            now=now,
+        )
+    qs = Episode.objects.for_tenant(tenant).filter(kind=kind, state=State.ACTIVE)
+    for name, value in scope.items():
+        if value is not None:
+            qs = qs.filter(**{name: value})
+    candidates = list(qs.order_by("-anchor", "-last_accessed_at")[:200])
+    ranked = sorted(candidates, key=lambda e: -sum(priority_parts(e, now).values()))[:limit]
+    hits = [Hit(episode=e, relevance=0.0, score=sum(priority_parts(e, now).values())) for e in ranked]
+    record_access(tenant=tenant, episode_ids=[e.pk for e in ranked], now=now)
+    ids = [e.pk for e in ranked]
+    turns = turns_for(ids, full={e.pk for e in ranked if e.layer == Layer.HOT})
+    return {"results": [hit_shape(h, turns, False) for h in hits], "degraded": False}
+
+
+# --- unpacking (seed 001 re-actualisation) --------------------------------------------------------
+def unpack(*, tenant: Tenant, episode_id: int, now: datetime, record: bool = True) -> dict[str, Any]:
+    """Restore an episode whole from its turns and make it current: back to hot, re-embedded,
+    indexed again. The packed shape is kept (marked restored) so the move can be undone."""
+    with transaction.atomic():
+        episode = (
+            Episode.objects.select_for_update().filter(tenant=tenant, pk=episode_id).exclude(
+                state=State.FORGOTTEN).first()
+        )
+        if episode is None:
+            raise EpisodeNotFound(episode_id)
+        previous_layer = episode.layer
+        if previous_layer != Layer.HOT:
+            turns = list(episode.turns.order_by("seq", "id"))
+            embedder = get_embedder(tenant.embedder)
+            if embedder.computes:
+                vectors = embedder.embed([t.text for t in turns])
+                for turn, vector in zip(turns, vectors, strict=True):
+                    turn.embedding = vector
+                Turn.objects.bulk_update(turns, ["embedding"])
+                stacked = np.stack(vectors)
+                centroid = stacked.sum(axis=0)
+                episode.embedding = centroid / (np.linalg.norm(centroid) or 1.0)
+            episode.layer = Layer.HOT
+            episode.restored_at = now
+            episode.search_text = "\n".join(t.text for t in turns)[:200_000]
+            episode.needs_reindex = True
+            episode.save(update_fields=["layer", "restored_at", "embedding", "search_text", "needs_reindex"])
+            _journal_unpack(tenant, episode, previous_layer, now)
+        Episode.objects.filter(pk=episode.pk).update(
+            access_count=F("access_count") + (1 if record else 0),
+            last_accessed_at=now,
+            version=F("version") + 1,
+        )
+        if previous_layer != Layer.HOT:
+            transaction.on_commit(lambda: _index_quietly(episode.pk))
+    episode.refresh_from_db()
+    body = episode_selectors.episode_shape(episode, deep=True)
+    body["unpacked_from"] = previous_layer
+    return body
+
+
+def _journal_unpack(tenant: Tenant, episode: Episode, previous_layer: str, now: datetime) -> None:
+    try:
+        from lifecycle.journal import journal_record
+    except ImportError:
+        return
+    journal_record(tenant=tenant, episode=episode, action="unpack", before={"layer": previous_layer},
+                   after={"layer": Layer.HOT}, now=now)
+
+
+def _index_quietly(episode_id: int) -> None:
+    try:
+        episodes_index_hot([episode_id])
+    except HotUnavailable as exc:
+        logger.warning("unpacked episode %s waits for the hot index: %s", episode_id, exc)
+
+
+# --- context assembly -----------------------------------------------------------------------------
+def estimate_tokens(text: str) -> int:
+    """About four characters a token for English; good enough to respect a budget."""
+    return max(1, math.ceil(len(text) / 4))
+
+
+def context(
+    *, tenant: Tenant, session_id: str | None, query_text: str, max_tokens: int, now: datetime,
+    user_id: str | None = None, agent_id: str | None = None, limit: int = 10,
+) -> dict[str, Any]:
+    """Anchors, then the session's hot episodes (newest first), then the memories relevant to
+    ``query_text``, each added whole while it fits in ``max_tokens``."""
+    sections: dict[str, list[dict[str, Any]]] = {"anchors": [], "session": [], "relevant": []}
+    used = 0
+    seen: set[int] = set()
+    lines: list[str] = []
+
+    def add(section: str, episode: Episode, text: str, extra: dict[str, Any]) -> bool:
+        nonlocal used
+        cost = estimate_tokens(text)
+        if episode.pk in seen or used + cost > max_tokens:
+            return False
+        used += cost
+        seen.add(episode.pk)
+        sections[section].append({"episode_id": episode.pk, "layer": episode.layer, "text": text, **extra})
+        lines.append(text)
+        return True
+
+    scope_q = Q()
+    if user_id is not None:
+        scope_q &= Q(user_id=user_id)
+    anchors = list(Episode.objects.for_tenant(tenant).filter(scope_q, anchor=True, state=State.ACTIVE)
+                   .order_by("-last_accessed_at")[:50])
+    session_eps: list[Episode] = []
+    if session_id:
+        session_eps = list(Episode.objects.for_tenant(tenant).filter(
+            session_id=session_id, layer=Layer.HOT, state=State.ACTIVE).order_by("-last_occurred_at")[:20])
+    relevant: list[Hit] = []
+    if query_text.strip():
+        relevant = search(
+            tenant=tenant,
+            query=SearchQuery(text=query_text, user_id=user_id, agent_id=agent_id, limit=limit),
+            now=now,
+        ).hits
+    ids = [e.pk for e in anchors + session_eps] + [h.episode.pk for h in relevant]
+    turns = turns_for(ids, full=set(ids))
+    for episode in anchors:
+        add("anchors", episode, _render(episode, turns.get(episode.pk, [])), {})
+    for episode in session_eps:
+        add("session", episode, _render(episode, turns.get(episode.pk, [])), {})
+    for hit in relevant:
+        add("relevant", hit.episode, _render(hit.episode, turns.get(hit.episode.pk, []), hit.matched),
+            {"score": round(hit.score, 6)})
+    used_ids = sorted(seen)
+    record_access(tenant=tenant, episode_ids=used_ids, now=now)
+    text = _render_text(sections)
+    return {"sections": sections, "text": text, "tokens": used, "max_tokens": max_tokens}
+
+
+def _render(episode: Episode, turns: list[Turn], matched: list[tuple[int, float]] | None = None) -> str:
+    when = episode.last_occurred_at.date().isoformat()
+    if episode.layer == Layer.WARM:
+        points = "; ".join(episode.key_points) or episode.summary
+        return f"[{when}] {episode.title}: {points}"
+    if episode.layer == Layer.COLD:
+        return f"[{when}] {episode.headline or episode.title}"
+    if matched and len(turns) > 6:
+        wanted = {t for t, _ in matched[:4]}
+        turns = [t for t in turns if t.pk in wanted]
+    body = " ".join(f"{t.role}: {t.text}" for t in turns)
+    return f"[{when}] {body}"
+
+
+def _render_text(sections: dict[str, list[dict[str, Any]]]) -> str:
+    titles = {"anchors": "Standing facts", "session": "This conversation", "relevant": "Relevant memories"}
+    parts = []
+    for name, items in sections.items():
+        if items:
+            parts.append(f"## {titles[name]}\n" + "\n".join(f"- {item['text']}" for item in items))
+    return "\n\n".join(parts)
+
+
+# --- feedback -------------------------------------------------------------------------------------
+def feedback(*, tenant: Tenant, used: list[int], unused: list[int], now: datetime) -> dict[str, int]:
+    """Which returned memories the agent used. Used ones count as an access; unused ones are a
+    `Hard` review for FSRS (applied by the lifecycle)."""
+    known = set(Episode.objects.for_tenant(tenant).visible().filter(pk__in=used + unused)
+                .values_list("pk", flat=True))
+    missing = sorted(set(used + unused) - known)
+    if missing:
+        raise EpisodeNotFound(missing[0])
+    record_access(tenant=tenant, episode_ids=used, now=now)
+    try:
+        from lifecycle.services import feedback_review
+    except ImportError:
+        feedback_review = None
+    if feedback_review is not None:
+        feedback_review(tenant=tenant, used=used, unused=unused, now=now)
+    return {"used": len(used), "unused": len(unused)}
+
+
+def follow_links(*, tenant: Tenant, episode_ids: list[int], now: datetime) -> list[int]:
+    """Episodes reached through a link from ``episode_ids``; each counts as a traversal."""
+    targets = list(
+        Link.objects.filter(tenant=tenant, src_id__in=episode_ids).exclude(dst_id__in=episode_ids)
+        .values_list("dst_id", flat=True).distinct()
+    )
+    record_access(tenant=tenant, episode_ids=[], traversed=targets, now=now)
+    return targets

@@ -241,9 +241,12 @@ def test_layer_for_each_rule(policy):
     assert layer_for(young, policy, NOW) == Layer.HOT
     assert layer_for(recent, policy, NOW) == Layer.WARM  # 15 days old: archived
 
-    apply_preset(policy, "lsm")
-    assert layer_for(stats(last_accessed_at=NOW, access_count=20, relevance=1.0), policy, NOW) == Layer.HOT
+    apply_preset(policy, "lsm")  # seed 003: time triggers, and a priority that can hold an episode up
+    assert layer_for(recent, policy, NOW) == Layer.HOT
     assert layer_for(forgotten, policy, NOW) == Layer.COLD
+    # 100 days idle, but used a lot and relevant: 0.2 + 0.2 = 0.4 > 0.3 keeps it warm
+    kept = dataclasses.replace(forgotten, access_count=20, relevance=1.0)
+    assert layer_for(kept, policy, NOW) == Layer.WARM
 
     apply_preset(policy, "fsrs")
     fresh = stats(stability=30.0, difficulty=5.0, last_review_at=NOW - 2 * D)

@@ -1,0 +1,106 @@
+"""Warm and cold search in Postgres: pgvector HNSW (iterative scan) and full text, tenant-scoped.
+
+Also serves every layer when Redis is down (degraded mode). The tenant filter is part of every
+statement built here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+from django.db import connection, transaction
+
+
+@dataclass(frozen=True)
+class ArchiveFilters:
+    layers: tuple[str, ...]
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    kinds: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    occurred_from: datetime | None = None
+    occurred_to: datetime | None = None
+    include_dormant: bool = False
+
+
+def _where(tenant_id: str, f: ArchiveFilters) -> tuple[str, list]:
+    states = ["active", "dormant"] if f.include_dormant else ["active"]
+    clauses = ["e.tenant_id = %s", "e.layer = ANY(%s)", "e.state = ANY(%s)"]
+    params: list = [tenant_id, list(f.layers), states]
+    for name in ("user_id", "agent_id", "session_id"):
+        value = getattr(f, name)
+        if value is not None:
+            clauses.append(f"e.{name} = %s")
+            params.append(value)
+    if f.kinds:
+        clauses.append("e.kind = ANY(%s)")
+        params.append(list(f.kinds))
+    if f.tags:
+        clauses.append("(e.tags && %s::varchar[] OR e.keywords && %s::varchar[])")
+        params.extend([list(f.tags), list(f.tags)])
+    if f.occurred_from is not None:
+        clauses.append("e.last_occurred_at >= %s")
+        params.append(f.occurred_from)
+    if f.occurred_to is not None:
+        clauses.append("e.first_occurred_at <= %s")
+        params.append(f.occurred_to)
+    return " AND ".join(clauses), params
+
+
+def search(
+    tenant_id: str, *, vector: np.ndarray | None, text: str | None, filters: ArchiveFilters, k: int
+) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """(vector hits, text hits) as (episode id, similarity or rank) lists, best first."""
+    if not filters.layers:
+        return [], []
+    where, params = _where(tenant_id, filters)
+    vector_hits: list[tuple[int, float]] = []
+    text_hits: list[tuple[int, float]] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        if vector is not None:
+            # Iterative scan keeps filling the top-k when the tenant filter discards HNSW
+            # candidates (pgvector >= 0.8); without it a filtered query can return too few rows.
+            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            cursor.execute("SET LOCAL hnsw.ef_search = 100")
+            cursor.execute(
+                f"SELECT e.id, 1 - (e.embedding <=> %s::vector) AS sim FROM episodes_episode e "  # noqa: S608
+                f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY e.embedding <=> %s::vector LIMIT %s",
+                [_vec(vector), *params, _vec(vector), k],
+            )
+            vector_hits = sorted(((int(r[0]), float(r[1])) for r in cursor.fetchall()), key=lambda x: -x[1])
+        if text and text.strip():
+            # OR of the query's lexemes, ranked by cover density: a question rarely shares every
+            # word with the memory that answers it.
+            cursor.execute(
+                f"WITH q AS (SELECT NULLIF(replace(plainto_tsquery('english', %s)::text, '&', '|'), '')::tsquery "
+                f"AS query) SELECT e.id, ts_rank_cd(e.search_vector, q.query) AS rank FROM episodes_episode e, q "
+                f"WHERE q.query IS NOT NULL AND e.search_vector @@ q.query AND {where} ORDER BY rank DESC LIMIT %s",
+                [text, *params, k],
+            )
+            text_hits = [(int(r[0]), float(r[1])) for r in cursor.fetchall()]
+    return vector_hits, text_hits
+
+
+def turn_similarities(episode_ids: list[int], vector: np.ndarray) -> dict[int, list[tuple[int, float]]]:
+    """Per episode, its turns by cosine similarity to ``vector`` (degraded mode's matched turns)."""
+    if not episode_ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT episode_id, id, 1 - (embedding <=> %s::vector) FROM episodes_turn "
+            "WHERE episode_id = ANY(%s) AND embedding IS NOT NULL",
+            [_vec(vector), episode_ids],
+        )
+        out: dict[int, list[tuple[int, float]]] = {}
+        for episode_id, turn_id, sim in cursor.fetchall():
+            out.setdefault(int(episode_id), []).append((int(turn_id), float(sim)))
+    for values in out.values():
+        values.sort(key=lambda x: -x[1])
+    return out
+
+
+def _vec(vector: np.ndarray) -> str:
+    return "[" + ",".join(f"{float(v):.7g}" for v in np.asarray(vector).ravel()) + "]"
