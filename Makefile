@@ -42,7 +42,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 typecheck: install
-	$(VENV)/bin/mypy memory_platform episodes retrieval lifecycle
+	DEBUG=1 $(VENV)/bin/mypy memory_platform episodes retrieval lifecycle
 
 pytest: install
 	$(VENV)/bin/pytest

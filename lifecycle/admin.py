@@ -10,7 +10,7 @@ from django.http import HttpRequest
 
 from .models import PRESETS, JournalEntry, MemoryPolicy, Preset, TickRun, apply_preset
 
-FIELDSETS = (
+FIELDSETS: tuple[tuple[str | None, dict[str, Any]], ...] = (
     (None, {"fields": ("tenant", "preset", "apply_preset_now", "layer_rule")}),
     (
         "Activity score — seed 002",
@@ -98,21 +98,26 @@ class MemoryPolicyForm(forms.ModelForm):
 
     class Meta:
         model = MemoryPolicy
-        fields = "__all__"
+        fields = [
+            name
+            for _, options in FIELDSETS
+            for entry in options["fields"]
+            for name in (entry if isinstance(entry, tuple) else (entry,))
+            if name != "apply_preset_now"
+        ]
 
-    def _post_clean(self) -> None:
-        # The preset is applied before the model's clean(), so its values are validated too.
-        if self.cleaned_data.get("apply_preset_now") and self.cleaned_data.get("preset"):
-            apply_preset(self.instance, self.cleaned_data["preset"])
-            for name in PRESETS[self.cleaned_data["preset"]]:
-                self.cleaned_data[name] = getattr(self.instance, name)
-        super()._post_clean()
+    def clean(self) -> dict[str, Any]:
+        # Runs before the model's clean(), so the preset's values are validated with the rest.
+        cleaned = super().clean() or self.cleaned_data
+        if cleaned.get("apply_preset_now") and cleaned.get("preset") in PRESETS:
+            cleaned.update(PRESETS[cleaned["preset"]])
+        return cleaned
 
 
 @admin.register(MemoryPolicy)
 class MemoryPolicyAdmin(admin.ModelAdmin):
     form = MemoryPolicyForm
-    fieldsets = FIELDSETS
+    fieldsets = FIELDSETS  # type: ignore[assignment]  # the stubs' _FieldOpts TypedDict is private
     list_display = ("tenant", "preset", "layer_rule", "summariser", "hot_days", "cold_days", "updated_at")
     list_filter = ("preset", "layer_rule", "summariser")
     list_select_related = ("tenant",)
@@ -157,8 +162,6 @@ class MemoryPolicyAdmin(admin.ModelAdmin):
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Written by the lifecycle only; operators read (rollback comes with the tick's services)."""
 
-    list_select_related = ("tenant",)
-
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -173,12 +176,22 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class TickRunAdmin(ReadOnlyAdmin):
     list_display = ("id", "tenant", "status", "started_at", "now_used", "duration_ms", "counts")
     list_filter = ("status", "tenant")
+    list_select_related = ("tenant",)
     date_hierarchy = "started_at"
 
 
 @admin.register(JournalEntry)
 class JournalEntryAdmin(ReadOnlyAdmin):
-    list_display = ("id", "tenant", "created_at", "action", "actor", "episode_id_value", "tick_run", "rolled_back_at")
+    list_display = (
+        "id",
+        "tenant",
+        "created_at",
+        "action",
+        "actor",
+        "episode_id_value",
+        "tick_run",
+        "rolled_back_at",
+    )
     list_filter = ("action", "tenant")
     list_select_related = ("tenant", "tick_run")
     search_fields = ("episode_id_value", "action")

@@ -30,15 +30,16 @@ MIN_PROSE_BUDGET = 160  # characters: the prose gets about two sentences, whatev
 COLD_RATIO = 12  # warm -> cold aims at 10-20x (seed 003 NF4)
 ENTITY_LIMIT = 1000  # high on purpose: every entity and decision is kept (seed 003 F3)
 
-_STOPWORDS = frozenset(
+_STOPWORD_TEXT = (
     "a an the and or but if then so of to in on at by for with from as is are was were be been being "
     "it its it's this that these those i me my we our you your he him his she her they them their "
     "do does did have has had not no yes oh just really very too also what when where who which how "
     "why can could would should will shall may might must about into out up down over again more most "
     "some any all each other than there here am um yeah okay ok like get got going go know think "
     "thing things lot well much many one two good great nice sure thanks thank right sorry maybe "
-    "sounds cool wow hey hi hello point too though now".split()
+    "sounds cool wow hey hi hello point too though now"
 )
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")
 
@@ -174,7 +175,7 @@ def _words(sentence: str) -> int:
 
 
 def _informative(sentence: str) -> bool:
-    """"Hey Priya!" or "That's great news." fit any budget and say nothing."""
+    """ "Hey Priya!" or "That's great news." fit any budget and say nothing."""
     return _words(sentence) >= 5 and len(set(_tokens(sentence))) >= 3
 
 
@@ -266,7 +267,7 @@ class ExtractiveSummariser:
             if eligible and used + len(sentences[i]) <= budget:
                 chosen.append(sentences[i])
                 used += len(sentences[i])
-        if not chosen:  # the best sentence alone is longer than the budget
+        if not chosen:  # only small talk, or the best sentence alone is over the budget
             chosen = [_shorten(sentences[order[0]], budget)]
         return WarmShape(chosen[0], chosen[1:], entities, decisions)
 
@@ -335,7 +336,9 @@ class LlmSummariser:
             if not isinstance(data["tags"], list):
                 raise ValueError("tags is not a list")
             tags = list(dict.fromkeys(_text(t)[:100] for t in data["tags"]))[:TAGS_MAX]
-            return ColdShape(headline=_shorten(_text(data["headline"]), HEADLINE_MAX), tags=tags, source="llm")
+            return ColdShape(
+                headline=_shorten(_text(data["headline"]), HEADLINE_MAX), tags=tags, source="llm"
+            )
         except Exception as exc:
             logger.warning("LLM summariser failed (%s); using the extractive headline", exc)
             return dataclasses.replace(self.fallback.cold(warm), source="extractive-fallback")
@@ -356,7 +359,10 @@ class LlmSummariser:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         request = urllib.request.Request(  # noqa: S310 - the scheme is checked above
-            f"{self.base_url}/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
+            f"{self.base_url}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers=headers,
+            method="POST",
         )
         with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
             payload = json.loads(response.read(self.MAX_RESPONSE_BYTES))

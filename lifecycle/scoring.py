@@ -107,7 +107,8 @@ def activity_terms(stats: EpisodeStats, policy: Policy, now: datetime) -> dict[s
 
 
 def activity_score(stats: EpisodeStats, policy: Policy, now: datetime) -> float:
-    """A·ln(1+in) + B·ln(1+out) + C·ln(1+access) + D·ln(1+traverse) + E·e^(−Δa/Ta) + F·e^(−Δl/Tl) − G·age/Tage."""
+    """A·ln(1+in) + B·ln(1+out) + C·ln(1+access) + D·ln(1+traverse)
+    + E·e^(−Δaccess/T_access) + F·e^(−Δlink/T_link) − G·age/T_age  (seed 002)."""
     return sum(activity_terms(stats, policy, now).values())
 
 
@@ -144,7 +145,11 @@ def state_of(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
 
 def is_merge_candidate(score: float, policy: Policy, *, link_count: int, similarity: float) -> bool:
     """Seed 002: low score, few links, semantically overlapping (same kind is the caller's filter)."""
-    return score < policy.theta_active and link_count <= policy.merge_max_links and similarity >= policy.merge_similarity
+    return (
+        score < policy.theta_active
+        and link_count <= policy.merge_max_links
+        and similarity >= policy.merge_similarity
+    )
 
 
 # --- seed 004: FSRS-6 retrievability ----------------------------------------------------------
@@ -261,7 +266,7 @@ def priority_layer(
 # --- the layer an episode belongs in under the policy's rule ---------------------------------
 
 
-_LAYER_ORDER = [Layer.HOT, Layer.WARM, Layer.COLD]
+_LAYER_RANK: dict[str, int] = {Layer.HOT: 0, Layer.WARM: 1, Layer.COLD: 2}
 
 
 def layer_for(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
@@ -277,7 +282,13 @@ def layer_for(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
             cold_at_or_below=policy.retrievability_cold_at_or_below,
         )
     idle_days = _days(now, stats.last_touched_at)
-    by_time = Layer.COLD if idle_days >= policy.cold_days else Layer.WARM if idle_days >= policy.hot_days else Layer.HOT
+    by_time = (
+        Layer.COLD
+        if idle_days >= policy.cold_days
+        else Layer.WARM
+        if idle_days >= policy.hot_days
+        else Layer.HOT
+    )
     if rule == "priority":
         # Seed 003 has both time triggers (14 days, 3 months) and priority thresholds; without a
         # query no plain episode can pass 0.7, so the priority keeps an episode up, never pushes it down.
@@ -286,7 +297,7 @@ def layer_for(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
             hot_above=policy.priority_hot_above,
             cold_at_or_below=policy.priority_cold_at_or_below,
         )
-        return min(by_time, by_priority, key=_LAYER_ORDER.index)
+        return min(by_time, by_priority, key=_LAYER_RANK.__getitem__)
     if by_time == Layer.COLD:
         return Layer.COLD
     if rule == "weight":  # ADR: active memory or archive (seed 000); the archive is warm

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -106,7 +107,9 @@ def test_short_and_empty_episodes_are_handled(policy):
 
 def test_chinese_and_russian_text(policy):
     summariser = ExtractiveSummariser(policy)
-    warm = summariser.warm(["我们决定下周一发布新版本。测试已经全部通过了。", "Мы решили перенести встречу на пятницу."])
+    warm = summariser.warm(
+        ["我们决定下周一发布新版本。测试已经全部通过了。", "Мы решили перенести встречу на пятницу."]
+    )
     assert any("决定" in d for d in warm.decisions) and any("решили" in d for d in warm.decisions)
     assert len(summariser.cold(warm).headline) <= HEADLINE_MAX
 
@@ -133,7 +136,9 @@ class FakeEmbedder:
     def embed(self, texts):
         if self.fail:
             raise EmbeddingError("model unavailable", retryable=True)
-        rows = [[float(len(t) % (i + 2)) + (1.0 if "Tahoe" in t else 0.0) for i in range(self.dim)] for t in texts]
+        rows = [
+            [float(len(t) % (i + 2)) + (1.0 if "Tahoe" in t else 0.0) for i in range(self.dim)] for t in texts
+        ]
         array = np.asarray(rows, dtype=np.float32) + 0.1
         return array / np.linalg.norm(array, axis=1, keepdims=True)
 
@@ -168,10 +173,8 @@ class ChatHandler(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self):
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up: "slow"
             self._answer()
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up first: the "slow" case
 
     def _answer(self):
         server = self.server
@@ -192,16 +195,27 @@ class ChatHandler(BaseHTTPRequestHandler):
             if mode == "missing":
                 content = {"summary": "only a summary"}
             elif "headline" in system:
-                content = {"headline": "Lake Tahoe cabin trip planning " * 10, "tags": ["tahoe", "cabin", "hike"]}
+                content = {
+                    "headline": "Lake Tahoe cabin trip planning " * 10,
+                    "tags": ["tahoe", "cabin", "hike"],
+                }
             else:
                 content = {
                     "summary": "Marco and Priya plan a Lake Tahoe cabin trip in August.",
-                    "key_points": ["The cabin costs $1,450 for six nights.", "Daniel may come only for the weekend."],
+                    "key_points": [
+                        "The cabin costs $1,450 for six nights.",
+                        "Daniel may come only for the weekend.",
+                    ],
                     "entities": ["INVENTED BY THE MODEL"],
                 }
             payload = json.dumps(
-                {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {
-                    "role": "assistant", "content": json.dumps(content)}}]}
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": json.dumps(content)}}
+                    ],
+                }
             ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -224,7 +238,9 @@ def chat_server():
 
 
 def llm_policy(server) -> MemoryPolicy:
-    policy = MemoryPolicy(summariser="llm", llm_model="tiny-model", llm_api_key="sk-test", llm_timeout_seconds=0.5)
+    policy = MemoryPolicy(
+        summariser="llm", llm_model="tiny-model", llm_api_key="sk-test", llm_timeout_seconds=0.5
+    )
     policy.llm_base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     return policy
 

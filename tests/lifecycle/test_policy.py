@@ -34,11 +34,24 @@ def test_policy_for_creates_the_seed_defaults_once(tenant):
     assert (policy.coef_in, policy.coef_out, policy.coef_access, policy.coef_traverse) == (1.0, 0.8, 1.2, 0.8)
     assert (policy.coef_recent_access, policy.coef_recent_link, policy.coef_age) == (1.5, 1.0, 0.3)
     assert (policy.t_access_hours, policy.t_link_hours, policy.t_age_days) == (24, 72, 30)
-    assert (policy.hot_days, policy.cold_days, policy.hot_cap_per_session, policy.activation_limit) == (14, 90, 50, 3)
+    assert (policy.hot_days, policy.cold_days, policy.hot_cap_per_session, policy.activation_limit) == (
+        14,
+        90,
+        50,
+        3,
+    )
     assert (policy.rrf_vector_weight, policy.rrf_text_weight, policy.rrf_k) == (0.7, 0.3, 60)
     assert policy.fsrs_parameters == list(DEFAULT_PARAMETERS) and policy.desired_retention == 0.9
-    assert policy.adr_decay_factor == 0.99 and policy.preset == "metabolism" and policy.summariser == "extractive"
-    assert (policy.episode_gap_seconds, policy.episode_split_similarity, policy.episode_max_turns) == (1800, 0.1, 12)
+    assert (
+        policy.adr_decay_factor == 0.99
+        and policy.preset == "metabolism"
+        and policy.summariser == "extractive"
+    )
+    assert (policy.episode_gap_seconds, policy.episode_split_similarity, policy.episode_max_turns) == (
+        1800,
+        0.1,
+        12,
+    )
     policy.full_clean()
 
 
@@ -53,7 +66,11 @@ BAD_VALUES = [
     ({"desired_retention": 1.0}, "desired_retention", "strictly between 0 and 1"),
     ({"desired_retention": 0.0}, "desired_retention", "strictly between 0 and 1"),
     ({"priority_relevance_weight": 0.5}, "priority_recency_weight", "add up to at most 1"),
-    ({"priority_cold_at_or_below": 0.8}, "priority_cold_at_or_below", "must be lower than priority_hot_above"),
+    (
+        {"priority_cold_at_or_below": 0.8},
+        "priority_cold_at_or_below",
+        "must be lower than priority_hot_above",
+    ),
     ({"merge_similarity": 1.2}, "merge_similarity", "between 0 and 1"),
     ({"fsrs_parameters": [0.1] * 20}, "fsrs_parameters", "list of 21 numbers"),
 ]
@@ -79,7 +96,9 @@ def test_clean_checks_fsrs_bounds_and_llm_settings(tenant):
     with pytest.raises(ValidationError) as caught:
         MemoryPolicy(tenant=tenant, summariser="llm").full_clean()
     assert set(caught.value.message_dict) >= {"llm_base_url", "llm_model"}
-    MemoryPolicy(tenant=tenant, summariser="llm", llm_base_url="http://llm:8000/v1", llm_model="m").full_clean()
+    MemoryPolicy(
+        tenant=tenant, summariser="llm", llm_base_url="http://llm:8000/v1", llm_model="m"
+    ).full_clean()
     with pytest.raises(ValidationError) as caught:
         MemoryPolicy(tenant=tenant, summariser="llm", llm_base_url="ftp://x", llm_model="m").full_clean()
     assert "llm_base_url must be an http(s) URL" in caught.value.message_dict["llm_base_url"][0]
@@ -127,11 +146,19 @@ def test_each_preset_is_valid_and_sets_its_seed(tenant, name):
 def test_preset_values_reproduce_the_seeds(tenant):
     policy = policy_for(tenant)
     apply_preset(policy, "adr")
-    assert (policy.layer_rule, policy.adr_decay_factor, policy.adr_archive_after_days) == ("weight", 0.99, 1.0)
+    assert (policy.layer_rule, policy.adr_decay_factor, policy.adr_archive_after_days) == (
+        "weight",
+        0.99,
+        1.0,
+    )
     assert (policy.adr_archive_weight, policy.adr_archive_significance) == (0.3, 0.5)
     assert (policy.activation_limit, policy.hot_cap_per_session) == (3, 50)
     apply_preset(policy, "lsm")
-    assert (policy.layer_rule, policy.priority_hot_above, policy.priority_cold_at_or_below) == ("priority", 0.7, 0.3)
+    assert (policy.layer_rule, policy.priority_hot_above, policy.priority_cold_at_or_below) == (
+        "priority",
+        0.7,
+        0.3,
+    )
     apply_preset(policy, "fsrs")
     assert policy.layer_rule == "retrievability" and policy.fsrs_parameters == list(DEFAULT_PARAMETERS)
     apply_preset(policy, "metabolism")
@@ -184,3 +211,29 @@ def test_admin_pages_and_preset_action(client, tenant, outsider):
     assert client.get(reverse("admin:lifecycle_tickrun_changelist")).status_code == 200
     assert client.get(reverse("admin:lifecycle_journalentry_changelist"), {"q": "7"}).status_code == 200
     assert client.get(reverse("admin:lifecycle_journalentry_add")).status_code == 403
+
+
+def test_admin_form_applies_a_preset_on_save(client, tenant):
+    import json
+
+    from django.forms.models import model_to_dict
+
+    admin = get_user_model().objects.create_superuser("op", "op@example.com", "pw")
+    client.force_login(admin)
+    ours = policy_for(tenant)
+    data = {k: v for k, v in model_to_dict(ours).items() if k not in ("id", "tenant")}
+    data.update(preset="fsrs", apply_preset_now="on", fsrs_parameters=json.dumps(ours.fsrs_parameters))
+    url = reverse("admin:lifecycle_memorypolicy_change", args=[ours.pk])
+    response = client.post(url, data)
+    assert response.status_code == 302, response.content[:2000]
+    ours.refresh_from_db()
+    assert ours.preset == "fsrs" and ours.layer_rule == "retrievability"
+    # a bad value is refused with the field named, and nothing is saved
+    data.update(preset="lsm", apply_preset_now="", theta_delete="0.9", theta_active="0.5")
+    response = client.post(url, data)
+    assert (
+        response.status_code == 200
+        and b"theta_delete (0.9) must be lower than theta_active" in response.content
+    )
+    ours.refresh_from_db()
+    assert ours.preset == "fsrs"

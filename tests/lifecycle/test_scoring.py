@@ -233,7 +233,11 @@ def test_priority_layers():
 
 def test_layer_for_each_rule(policy):
     recent, idle, forgotten = (stats(last_accessed_at=NOW - k * D) for k in (1, 20, 100))
-    assert [layer_for(s, policy, NOW) for s in (recent, idle, forgotten)] == [Layer.HOT, Layer.WARM, Layer.COLD]
+    assert [layer_for(s, policy, NOW) for s in (recent, idle, forgotten)] == [
+        Layer.HOT,
+        Layer.WARM,
+        Layer.COLD,
+    ]
     assert layer_for(dataclasses.replace(forgotten, anchor=True), policy, NOW) == Layer.HOT
 
     apply_preset(policy, "adr")
