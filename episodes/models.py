@@ -150,6 +150,12 @@ class Turn(models.Model):
     ingested_at = models.DateTimeField(default=timezone.now, help_text="when the platform received it")
     metadata = models.JSONField(default=dict, blank=True)
     embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    context_embedding = VectorField(
+        dimensions=EMBEDDING_DIM,
+        null=True,
+        blank=True,
+        help_text="embedding of the turn with its neighbours in the episode; NULL when stale",
+    )
 
     objects = TenantQuerySet.as_manager()
 

@@ -24,7 +24,7 @@ from memory_platform.tenancy.models import Tenant
 from .extraction import extract_decisions, extract_entities
 from .models import Episode, Layer, Link, LinkKind, Role, State, Turn
 from .segmentation import OpenEpisode, SegmentationRules, starts_new_episode
-from .stores.hot import HotUnavailable, hot_store
+from .stores.hot import HotUnavailable, TurnDoc, hot_store
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +173,9 @@ def _ingest_scope(
             centroid = np.asarray(open_episode.embedding, dtype=np.float32) * max(1, open_episode.turn_count)
         state = OpenEpisode(open_episode.turn_count, open_episode.last_occurred_at, centroid)
         open_episode._new_texts = []  # type: ignore[attr-defined]
+        # Its last turn is about to get a next neighbour: its window embedding is stale.
+        last = Turn.objects.filter(episode=open_episode).order_by("-seq", "-id").values_list("pk", flat=True)[:1]
+        Turn.objects.filter(pk__in=list(last)).update(context_embedding=None)
     last_seq = (
         Turn.objects.filter(
             tenant=tenant, user_id=scope.user_id, agent_id=scope.agent_id, session_id=scope.session_id
@@ -310,12 +313,47 @@ def episodes_index_hot(episode_ids: Sequence[int]) -> int:
     for episode in episodes:
         turns = list(episode.turns.order_by("seq", "id"))
         _embed_missing(episode, turns)
-        store.index_episode(episode, turns)
+        store.index_episode(episode, turn_documents(episode, turns))
         # Only clear the mark if nothing changed since we read the episode; otherwise the newer
         # write has queued (or will need) its own indexing.
         Episode.objects.filter(pk=episode.pk, version=episode.version).update(needs_reindex=False)
         indexed += 1
     return indexed
+
+
+def window_text(turns: Sequence[Turn], i: int) -> str:
+    """A turn with its neighbours in the episode. A reply often only makes sense next to what it
+    answers ("Yes, last Tuesday"), so the hot index searches turns in their local context; on
+    LoCoMo this lifts BM25 Recall@10 from 0.62 to 0.72 (see the retrieval notes)."""
+    parts = [turns[j].text for j in (i - 1, i, i + 1) if 0 <= j < len(turns)]
+    return "\n".join(parts)
+
+
+def turn_documents(episode: Episode, turns: list[Turn]) -> list[TurnDoc]:
+    """The hot documents of an episode's turns: window text, and the turn's own embedding
+    blended with the embedding of its window (computed once, stored, refreshed when stale)."""
+    embedder = get_embedder(episode.tenant.embedder)
+    stale = [i for i, t in enumerate(turns) if t.context_embedding is None and t.embedding is not None]
+    if stale and embedder.computes:
+        vectors = embedder.embed([window_text(turns, i) for i in stale])
+        for i, vector in zip(stale, vectors, strict=True):
+            turns[i].context_embedding = vector
+        Turn.objects.bulk_update([turns[i] for i in stale], ["context_embedding"])
+    docs = []
+    for i, turn in enumerate(turns):
+        if turn.embedding is None:
+            continue  # provided-vector turns without a vector stay out of the vector index
+        own = np.asarray(turn.embedding, dtype=np.float32)
+        if turn.context_embedding is not None:
+            vector = own + np.asarray(turn.context_embedding, dtype=np.float32)
+        else:
+            # Caller-provided vectors: nothing to embed, so blend in the neighbours' own vectors.
+            vector = own.copy()
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(turns) and turns[j].embedding is not None:
+                    vector += 0.5 * np.asarray(turns[j].embedding, dtype=np.float32)
+        docs.append(TurnDoc(turn=turn, text=window_text(turns, i), vector=_normalise(vector)))
+    return docs
 
 
 def _embed_missing(episode: Episode, turns: list[Turn]) -> None:

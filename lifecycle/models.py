@@ -432,3 +432,85 @@ class JournalEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} #{self.episode_id_value} at {self.created_at:%Y-%m-%d %H:%M}"
+
+
+class Candidate(models.Model):
+    """A merge or delete proposal (seed 002). A tick only proposes; an operator or the tenant decides,
+    and even then the change is soft and journaled (DESIGN §4.9)."""
+
+    class Kind(models.TextChoices):
+        MERGE = "merge"
+        DELETE = "delete"
+
+    class Status(models.TextChoices):
+        PROPOSED = "proposed"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        APPLIED = "applied"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="candidates")
+    kind = models.CharField(max_length=6, choices=Kind.choices)
+    episode = models.ForeignKey(
+        "episodes.Episode",
+        on_delete=models.CASCADE,
+        related_name="candidacies",
+        help_text="the episode to delete, or to merge into `other`",
+    )
+    other = models.ForeignKey(
+        "episodes.Episode",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="merge_targets",
+        help_text="merge only: the episode that survives",
+    )
+    similarity = models.FloatField(null=True, blank=True, help_text="merge only: embedding cosine")
+    score = models.FloatField(help_text="the activity score (seed 002) when proposed; never used again")
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PROPOSED)
+    created_at = models.DateTimeField(default=timezone.now)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=100, blank=True, default="")
+    note = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        indexes = [models.Index(fields=["tenant", "status", "kind"], name="candidate_tenant_status")]
+        constraints = [
+            # One open proposal per (kind, episode, other): a tick run twice proposes nothing new.
+            models.UniqueConstraint(
+                fields=["kind", "episode", "other"],
+                condition=Q(status="proposed"),
+                nulls_distinct=False,
+                name="candidate_one_open_proposal",
+            ),
+            models.CheckConstraint(
+                condition=(Q(kind="merge") & Q(other__isnull=False) & ~Q(other=F("episode")))
+                | (Q(kind="delete") & Q(other__isnull=True)),
+                name="candidate_kind_shape",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["proposed", "approved", "rejected", "applied"]),
+                name="candidate_status_known",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        target = f" -> #{self.other_id}" if self.other_id else ""
+        return f"{self.kind} #{self.episode_id}{target} ({self.status})"
+
+
+class AccessWindow(models.Model):
+    """The usage count a packed episode had when its current window of `hot_days` began.
+
+    Upward migration (seed 001, DESIGN §4) needs "accesses within hot_days"; the episode keeps only a
+    running count, so the tick keeps the count at the start of a window and slides it forward while
+    the episode is not used.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="access_windows")
+    episode = models.OneToOneField("episodes.Episode", on_delete=models.CASCADE, related_name="access_window")
+    started_at = models.DateTimeField()
+    access_count_at_start = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return f"#{self.episode_id} since {self.started_at:%Y-%m-%d} from {self.access_count_at_start}"

@@ -5,6 +5,7 @@ caller can forget it; callers pass a tenant, never a raw filter.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,9 @@ logger = logging.getLogger(__name__)
 
 HotUnavailable = (redis.RedisError, OSError)
 
+# Query words only: punctuation would reach RediSearch escaped ("group\\?") and match nothing.
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
 
 @dataclass(frozen=True)
 class HotFilters:
@@ -38,6 +42,16 @@ class HotFilters:
     occurred_to: float | None = None
     episode_ids: tuple[int, ...] = ()
     exclude_dormant: bool = True
+
+
+@dataclass(frozen=True)
+class TurnDoc:
+    """What the hot index holds for one turn: its searchable text and vector (the caller decides
+    them: the turn with its neighbours, see episodes.services)."""
+
+    turn: Any
+    text: str
+    vector: np.ndarray
 
 
 @dataclass
@@ -92,7 +106,7 @@ class HotStore:
         self._ensured = False
 
     # --- writes ------------------------------------------------------------------------------------
-    def index_episode(self, episode: Any, turns: Iterable[Any]) -> int:
+    def index_episode(self, episode: Any, docs: Iterable[TurnDoc]) -> int:
         """Write (or overwrite) the episode document and its turn documents. Returns docs written."""
         self.ensure_index()
         tenant_hex = episode.tenant_id.hex
@@ -111,21 +125,19 @@ class HotStore:
         written = 0
         pipe = self.client.pipeline(transaction=False)
         texts = []
-        for turn in turns:
-            if turn.embedding is None:
-                continue
-            texts.append(turn.text)
+        for doc in docs:
+            texts.append(doc.turn.text)
             mapping = dict(base)
             mapping.update(
                 doctype=keys.DOC_TURN,
-                role=turn.role,
-                text=turn.text,
-                occurred_at=_epoch(turn.occurred_at),
-                turn_id=str(turn.pk),
-                seq=str(turn.seq),
-                embedding=_vector_bytes(turn.embedding),
+                role=doc.turn.role,
+                text=doc.text,
+                occurred_at=_epoch(doc.turn.occurred_at),
+                turn_id=str(doc.turn.pk),
+                seq=str(doc.turn.seq),
+                embedding=_vector_bytes(doc.vector),
             )
-            pipe.hset(keys.turn_key(tenant_hex, turn.pk), mapping=mapping)
+            pipe.hset(keys.turn_key(tenant_hex, doc.turn.pk), mapping=mapping)
             written += 1
         if episode.embedding is not None:
             mapping = dict(base)
@@ -222,10 +234,11 @@ class HotStore:
                 )
             )
         text_query = None
-        if text and text.strip():
+        words = " ".join(_WORD.findall(text.lower())) if text else ""
+        if words:
             try:
                 text_query = TextQuery(
-                    text=text, text_field_name="text", filter_expression=expr, num_results=k, return_fields=fields
+                    text=words, text_field_name="text", filter_expression=expr, num_results=k, return_fields=fields
                 )
                 queries.append(text_query)
             except ValueError:

@@ -27,7 +27,7 @@ from episodes.stores.hot import hot_store
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 from retrieval.query import SearchQuery
-from retrieval.services import estimate_tokens, search
+from retrieval.services import RetrievalWeights, estimate_tokens, search
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"
@@ -184,7 +184,7 @@ class Report:
 
 def evaluate_conversation(
     conversation: Conversation, tenant: Tenant, dia_to_turn: dict[str, int], report: Report, now: datetime,
-    limit: int = 10,
+    limit: int = 10, weights: RetrievalWeights | None = None,
 ) -> None:
     episode_turns: dict[int, set[int]] = defaultdict(set)
     for turn_id, episode_id in Turn.objects.filter(tenant=tenant).values_list("pk", "episode_id"):
@@ -200,7 +200,10 @@ def evaluate_conversation(
             continue
         started = time.perf_counter()
         result = search(
-            tenant=tenant, query=SearchQuery(text=question["question"], limit=limit, record_access=False), now=now
+            tenant=tenant,
+            query=SearchQuery(text=question["question"], limit=limit, record_access=False),
+            now=now,
+            weights=weights,
         )
         report.latencies_ms.append((time.perf_counter() - started) * 1000)
         items = [{key} if kind == "turn" else episode_turns[key] for kind, key, _ in result.ranked_items()]
@@ -231,6 +234,7 @@ def run(
     keep: bool = False,
     age: Callable[[Tenant, Conversation, datetime], None] | None = None,
     limit_conversations: int | None = None,
+    weights: RetrievalWeights | None = None,
 ) -> dict[str, Any]:
     conversations = load(path)[:limit_conversations]
     report = Report()
@@ -248,7 +252,7 @@ def run(
             if age is not None:
                 age(tenant, conversation, now)
             log(f"{conversation.sample_id}: {len(conversation.questions)} questions")
-            evaluate_conversation(conversation, tenant, dia_to_turn, report, now)
+            evaluate_conversation(conversation, tenant, dia_to_turn, report, now, weights=weights)
             report.conversations += 1
     finally:
         if not keep:

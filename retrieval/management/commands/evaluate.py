@@ -21,6 +21,8 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--keep", action="store_true", help="keep the evaluation tenants")
         parser.add_argument("--conversations", type=int, default=None, help="only the first N conversations")
+        parser.add_argument("--weights", default=None, metavar="V,T,K",
+                            help="override the tenant policy's RRF vector weight, text weight and k")
         parser.add_argument("--age", action="store_true",
                             help="run lifecycle ticks so older sessions sit in warm and cold, and compare")
 
@@ -30,8 +32,17 @@ class Command(BaseCommand):
         if not opts["path"].exists():
             raise CommandError(f"no such file: {opts['path']}")
         log = (lambda m: self.stderr.write(m)) if opts["json"] else (lambda m: self.stdout.write(m))
+        weights = None
+        if opts["weights"]:
+            from retrieval.services import RetrievalWeights
+
+            try:
+                v, t, k = opts["weights"].split(",")
+                weights = RetrievalWeights(vector=float(v), text=float(t), k=int(k))
+            except ValueError:
+                raise CommandError("--weights takes V,T,K, e.g. 0.7,0.3,60") from None
         results = {"all_hot": locomo.run(opts["path"], log=log, keep=opts["keep"],
-                                         limit_conversations=opts["conversations"])}
+                                         limit_conversations=opts["conversations"], weights=weights)}
         if opts["age"]:
             from retrieval.evaluation.aging import age_conversation, compression_report
 
@@ -39,6 +50,7 @@ class Command(BaseCommand):
             results["aged"] = locomo.run(
                 opts["path"], log=log, keep=opts["keep"], limit_conversations=opts["conversations"],
                 age=lambda tenant, conv, now: stats.append(age_conversation(tenant, conv, now)),
+                weights=weights,
             )
             results["compression"] = compression_report(stats)
         if opts["json"]:

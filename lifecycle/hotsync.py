@@ -1,0 +1,89 @@
+"""Keeping the Redis hot index in step with the layers in Postgres.
+
+Postgres is the system of record and changes first; Redis follows after the commit. A process can
+die between the two, and Redis can be down, so every change that leaves Redis behind sets
+``needs_reindex`` in the same transaction, and ``hot_repair`` (the first step of every tick) puts
+each side right: no episode is ever left in Redis while Postgres says it is warm, cold or forgotten.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db.models import Q
+
+from episodes.models import Episode, Layer, State
+from episodes.services import episodes_index_hot, hot_remove
+from episodes.stores.hot import HotUnavailable, hot_store
+from memory_platform.tenancy.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+
+def _is_live_hot(episode: Episode) -> bool:
+    return episode.layer == Layer.HOT and episode.state != State.FORGOTTEN
+
+
+def hot_remove_packed(episode: Episode) -> bool:
+    """Remove a packed (or forgotten) episode's documents; clear its mark once Redis has let go."""
+    if not hot_remove(episode):
+        return False  # hot_remove has set needs_reindex: the next repair tries again
+    (
+        Episode.objects.filter(pk=episode.pk, needs_reindex=True)
+        .exclude(layer=Layer.HOT, state__in=[State.ACTIVE, State.DORMANT, State.DELETE_CANDIDATE])
+        .update(needs_reindex=False)
+    )
+    return True
+
+
+def sync_episode(episode_id: int) -> bool:
+    """Make Redis hold exactly what Postgres says about one episode (after a commit)."""
+    episode = Episode.objects.filter(pk=episode_id).select_related("tenant").first()
+    if episode is None:
+        return True
+    if not _is_live_hot(episode):
+        return hot_remove_packed(episode)
+    try:
+        episodes_index_hot([episode.pk])
+        return True
+    except HotUnavailable as exc:
+        logger.warning("hot index unavailable; episode %s stays marked for re-indexing: %s", episode.pk, exc)
+        Episode.objects.filter(pk=episode.pk).update(needs_reindex=True)
+        return False
+
+
+def hot_repair(*, tenant: Tenant, limit: int = 10_000) -> dict[str, int]:
+    """Compare the tenant's episode documents in Redis with the layers in Postgres and fix either
+    side. Raises HotUnavailable when Redis cannot be reached (the caller records it)."""
+    store = hot_store()
+    # Redis first, then Postgres: an episode that reaches Redis after our read has committed in
+    # Postgres before it, so the Postgres read below already sees it hot (no false "stale").
+    in_redis = store.episode_ids(tenant.id.hex, limit=limit)
+    live = Episode.objects.for_tenant(tenant).filter(layer=Layer.HOT).exclude(state=State.FORGOTTEN)
+    live_hot: dict[int, bool] = dict(live.values_list("pk", "needs_reindex"))
+    removed = indexed = 0
+    stale = in_redis - set(live_hot)
+    if stale:
+        rows = {e.pk: e for e in Episode.objects.filter(tenant=tenant, pk__in=stale).select_related("tenant")}
+        for episode_id in sorted(stale):
+            if episode_id in rows:
+                removed += int(hot_remove_packed(rows[episode_id]))
+            else:  # purged meanwhile: its turn rows are gone, the episode document is what is left
+                store.remove_episode(tenant.id.hex, episode_id, [])
+                removed += 1
+    # Packed or forgotten episodes whose removal was missed (a crash after the commit, Redis down).
+    missed = (
+        Episode.objects.for_tenant(tenant)
+        .filter(needs_reindex=True)
+        .exclude(Q(layer=Layer.HOT) & ~Q(state=State.FORGOTTEN))
+        .exclude(pk__in=stale)
+        .select_related("tenant")
+    )
+    for episode in missed:
+        removed += int(hot_remove_packed(episode))
+    # Live hot episodes without their episode document (only those with an embedding get one).
+    with_vector = set(live.filter(embedding__isnull=False).values_list("pk", flat=True))
+    to_index = sorted((with_vector - in_redis) | {pk for pk, marked in live_hot.items() if marked})
+    if to_index:
+        indexed = episodes_index_hot(to_index)
+    return {"removed": removed, "indexed": indexed}

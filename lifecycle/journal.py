@@ -1,0 +1,112 @@
+"""The journal: every change the lifecycle (or an operator, or a tenant's forget) makes to an
+episode, with enough of the state before it to undo it (DESIGN §4, seed 002 safety rules).
+
+Values are stored as JSON: datetimes as ISO strings, read back through the model field's type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.utils.dateparse import parse_datetime
+
+from episodes.models import Episode, Layer
+from memory_platform.tenancy.models import Tenant
+
+from .compression import ColdShape, WarmShape
+from .models import JournalEntry, TickRun
+
+#: The episode fields a layer move may change; a move's "before" holds all of them, so a rollback
+#: puts the episode back exactly as it was (the embedding and the turns are never changed by a move).
+CONTENT_FIELDS = (
+    "layer",
+    "summary",
+    "key_points",
+    "headline",
+    "keywords",
+    "entities",
+    "decisions",
+    "search_text",
+    "packed_chars",
+    "restored_at",
+    "needs_reindex",
+)
+#: Fields a journaled change may restore. Usage counters are not among them: a rollback undoes what
+#: the lifecycle did, never what the agents did.
+RESTORABLE_FIELDS = frozenset(CONTENT_FIELDS) | {"state", "state_before_forget", "forgotten_at", "anchor"}
+
+
+def to_json(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return value.tolist()
+    return value
+
+
+def from_json(field_name: str, value: Any) -> Any:
+    """A journaled value back in the type of the Episode field it came from."""
+    field = Episode._meta.get_field(field_name)
+    if value is not None and isinstance(field, models.DateTimeField):
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise ValueError(f"journal value for {field_name} is not a datetime: {value!r}")
+        return parsed
+    return value
+
+
+def snapshot(episode: Episode, fields: Iterable[str] = CONTENT_FIELDS) -> dict[str, Any]:
+    """The named fields of ``episode`` as JSON-ready values (call it before changing them)."""
+    return {name: to_json(getattr(episode, name)) for name in fields}
+
+
+def packed_search_text(episode: Episode, layer: str) -> str:
+    """The search text of a packed layer, rebuilt from the packed copy the episode keeps."""
+    if layer == Layer.WARM:
+        return WarmShape(episode.summary, list(episode.key_points), list(episode.entities), list(episode.decisions)).text()
+    if layer == Layer.COLD:
+        return ColdShape(episode.headline, list(episode.keywords)).text()
+    return "\n".join(episode.turns.order_by("seq", "id").values_list("text", flat=True))
+
+
+def journal_record(
+    *,
+    tenant: Tenant,
+    episode: Episode | None,
+    action: str,
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    now: datetime,
+    actor: str = "",
+    tick_run: TickRun | None = None,
+    episode_id: int | None = None,
+) -> JournalEntry:
+    """Write one journal entry. Call it inside the transaction that makes the change, so the
+    change and its record commit (or vanish) together."""
+    before = dict(before)
+    if action == "unpack" and episode is not None and "search_text" not in before:
+        # The read path journals only the layer it unpacked from, after changing the episode; the
+        # packed copy is still on the row, so the rest of the "before" can be rebuilt from it.
+        previous = before.get("layer", Layer.WARM)
+        before.update(
+            search_text=packed_search_text(episode, previous),
+            needs_reindex=False,
+        )
+    return JournalEntry.objects.create(
+        tenant=tenant,
+        created_at=now,
+        action=action,
+        actor=actor or ("tick" if tick_run is not None else "api"),
+        episode=episode,
+        episode_id_value=episode.pk if episode is not None else episode_id,
+        before=to_json(before),
+        after=to_json(dict(after)),
+        tick_run=tick_run,
+    )
