@@ -87,3 +87,13 @@ def hot_repair(*, tenant: Tenant, limit: int = 10_000) -> dict[str, int]:
     if to_index:
         indexed = episodes_index_hot(to_index)
     return {"removed": removed, "indexed": indexed}
+
+
+def retag_state(episode: Episode, state: str) -> None:
+    """A hot episode's state changed: its documents' state tag follows (default search filters on it)."""
+    turn_ids = list(episode.turns.values_list("pk", flat=True))
+    try:
+        hot_store().update_episode_fields(episode, turn_ids, state=state)
+    except HotUnavailable as exc:
+        logger.warning("could not retag episode %s in the hot index: %s", episode.pk, exc)
+        Episode.objects.filter(pk=episode.pk).update(needs_reindex=True)

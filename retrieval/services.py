@@ -44,10 +44,28 @@ class RetrievalWeights:
     candidates: int = 50
 
 
+def _policy(tenant: Tenant):  # type: ignore[no-untyped-def]
+    from lifecycle.models import policy_for
+
+    return policy_for(tenant)
+
+
+def activation_limit(tenant: Tenant) -> int:
+    return int(_policy(tenant).activation_limit)
+
+
 def default_weights(tenant: Tenant) -> RetrievalWeights:
-    policy = getattr(tenant, "policy", None)
-    if policy is not None:
-        return RetrievalWeights(vector=policy.rrf_vector_weight, text=policy.rrf_text_weight, k=policy.rrf_k)
+    """The tenant's policy decides the fusion (seed 004 defaults: 0.7 / 0.3, k 60)."""
+    policy = _policy(tenant)
+    return RetrievalWeights(
+        vector=float(policy.rrf_vector_weight),
+        text=float(policy.rrf_text_weight),
+        k=int(policy.rrf_k),
+        candidates=int(memory_settings.SEARCH_CANDIDATES),
+    )
+
+
+def conf_weights() -> RetrievalWeights:
     return RetrievalWeights(
         vector=float(memory_settings.RRF_VECTOR_WEIGHT),
         text=float(memory_settings.RRF_TEXT_WEIGHT),

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from memory_platform.api.serializers import StrictSerializer, VectorField, scope_field
+
+LAYERS = ["hot", "warm", "cold"]
+
+
+class ScopeFilters(serializers.Serializer):
+    user_id = scope_field()
+    agent_id = scope_field()
+    session_id = scope_field()
+
+
+class SearchInSerializer(StrictSerializer, ScopeFilters):
+    query = serializers.CharField(required=False, allow_blank=True, max_length=4000, default="")
+    vector = VectorField()
+    kinds = serializers.ListField(child=serializers.CharField(max_length=50), required=False, default=list,
+                                  max_length=20)
+    tags = serializers.ListField(child=serializers.CharField(max_length=100), required=False, default=list,
+                                 max_length=20)
+    occurred_from = serializers.DateTimeField(required=False)
+    occurred_to = serializers.DateTimeField(required=False)
+    layers = serializers.ListField(child=serializers.ChoiceField(choices=LAYERS), required=False,
+                                   default=lambda: list(LAYERS), allow_empty=False)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=100, default=10)
+    depth = serializers.ChoiceField(choices=["shallow", "deep"], required=False, default="shallow")
+    include_dormant = serializers.BooleanField(required=False, default=False)
+    explain = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs.get("query", "").strip() and attrs.get("vector") is None:
+            raise serializers.ValidationError({"query": ["give a query, a vector, or both"]})
+        start, end = attrs.get("occurred_from"), attrs.get("occurred_to")
+        if start and end and start > end:
+            raise serializers.ValidationError({"occurred_from": ["must not be after occurred_to"]})
+        return attrs
+
+
+class ActivateInSerializer(StrictSerializer, ScopeFilters):
+    kind = serializers.CharField(max_length=50)
+    query = serializers.CharField(required=False, allow_blank=True, max_length=4000, default="")
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=50)
+
+
+class ContextInSerializer(StrictSerializer, ScopeFilters):
+    query = serializers.CharField(required=False, allow_blank=True, max_length=4000, default="")
+    max_tokens = serializers.IntegerField(required=False, min_value=50, max_value=200_000, default=2000)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=50, default=10)
+
+
+class FeedbackInSerializer(StrictSerializer):
+    used = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, default=list,
+                                 max_length=200)
+    unused = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, default=list,
+                                   max_length=200)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs["used"] and not attrs["unused"]:
+            raise serializers.ValidationError({"used": ["name at least one memory, used or unused"]})
+        if set(attrs["used"]) & set(attrs["unused"]):
+            raise serializers.ValidationError({"unused": ["a memory cannot be both used and unused"]})
+        return attrs

@@ -1,0 +1,189 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.conf import settings
+
+from episodes.models import Episode, Turn
+from episodes.services import hot_remove
+from episodes.stores.hot import hot_store
+from memory_platform.redis_client import get_redis
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def turns(caller, session, texts, *, user="u1", agent="a1", at=T0, boundary=True):
+    body = caller.post(
+        "/api/v1/turns",
+        {
+            "session_id": session,
+            "user_id": user,
+            "agent_id": agent,
+            "turns": [
+                {"role": "user" if i % 2 == 0 else "assistant", "text": t,
+                 "occurred_at": (at + timedelta(minutes=i)).isoformat(), "episode_boundary": boundary and i == 0}
+                for i, t in enumerate(texts)
+            ],
+        },
+    )
+    assert body.status_code == 201, body.json()
+    return body.json()
+
+
+def search(caller, query, **extra):
+    response = caller.post("/api/v1/search", {"query": query, **extra})
+    assert response.status_code == 200, response.json()
+    return response.json()
+
+
+def pack(episode_id, layer):
+    """Move an episode to warm or cold by hand (the lifecycle tick does this for real)."""
+    episode = Episode.objects.get(pk=episode_id)
+    text = " ".join(Turn.objects.filter(episode=episode).values_list("text", flat=True))
+    fields = {"layer": layer, "summary": text[:200], "key_points": [text[:100]], "search_text": text}
+    if layer == "cold":
+        fields.update(headline=text[:100], keywords=["packed"], search_text=text[:100])
+    Episode.objects.filter(pk=episode_id).update(**fields)
+    hot_remove(episode)
+
+
+@pytest.fixture
+def corpus(caller):
+    a = turns(caller, "trip", ["I booked a flight to Lisbon for the conference", "Great, which hotel?",
+                               "The hotel is near the river in Alfama"])
+    b = turns(caller, "cooking", ["My sourdough starter died again", "Feed it twice a day with rye flour"],
+              user="u2", at=T0 + timedelta(days=10))
+    memory = caller.post("/api/v1/memories", {"text": "Allergic to peanuts", "kind": "profile",
+                                              "tags": ["health"], "user_id": "u1"}).json()
+    return {"trip": a["episode_ids"][0], "cooking": b["episode_ids"][0], "memory": memory["id"],
+            "trip_turns": [t["id"] for t in a["turns"]]}
+
+
+def ids(body):
+    return [r["episode_id"] for r in body["results"]]
+
+
+def test_hot_hits_carry_full_turns_and_matched_turns(caller, corpus):
+    body = search(caller, "which hotel near the river in Lisbon", explain=True)
+    top = body["results"][0]
+    assert top["episode_id"] == corpus["trip"]
+    assert top["layer"] == "hot" and body["degraded"] is False
+    assert top["turn_ids"] == corpus["trip_turns"]
+    assert [t["id"] for t in top["turns"]] == corpus["trip_turns"]
+    assert top["matched_turn_ids"][0] in corpus["trip_turns"]
+    assert {"vector_rank", "text_rank", "rrf", "recency", "frequency", "anchor", "relevance"} <= set(top["explain"])
+
+
+def test_every_filter(caller, corpus):
+    assert ids(search(caller, "food", user_id="u2")) == [corpus["cooking"]]
+    assert corpus["cooking"] not in ids(search(caller, "sourdough", user_id="u1"))
+    assert ids(search(caller, "anything", agent_id="nobody")) == []
+    assert set(ids(search(caller, "flight", session_id="trip"))) == {corpus["trip"]}
+    assert ids(search(caller, "allergy", kinds=["profile"])) == [corpus["memory"]]
+    assert ids(search(caller, "allergy", tags=["health"])) == [corpus["memory"]]
+    assert ids(search(caller, "allergy", tags=["nope"])) == []
+    late = search(caller, "bread", occurred_from=(T0 + timedelta(days=5)).isoformat(),
+                  occurred_to=(T0 + timedelta(days=20)).isoformat())
+    assert ids(late) == [corpus["cooking"]]
+    early = search(caller, "bread flight", occurred_to=(T0 + timedelta(days=1)).isoformat())
+    assert corpus["cooking"] not in ids(early) and corpus["trip"] in ids(early)
+    pack(corpus["cooking"], "warm")
+    assert ids(search(caller, "sourdough", layers=["warm"])) == [corpus["cooking"]]
+    assert corpus["cooking"] not in ids(search(caller, "sourdough", layers=["hot"]))
+    Episode.objects.filter(pk=corpus["trip"]).update(state="dormant")
+    hot_store().update_episode_fields(Episode.objects.get(pk=corpus["trip"]), corpus["trip_turns"], state="dormant")
+    assert corpus["trip"] not in ids(search(caller, "Lisbon hotel"))
+    assert corpus["trip"] in ids(search(caller, "Lisbon hotel", include_dormant=True))
+
+
+def test_limit_and_validation(caller, corpus):
+    assert len(search(caller, "the", limit=1)["results"]) <= 1
+    assert caller.post("/api/v1/search", {"query": ""}).status_code == 400
+    assert caller.post("/api/v1/search", {"query": "x", "layers": ["lukewarm"]}).status_code == 400
+    assert caller.post("/api/v1/search", {"query": "x", "limit": 0}).status_code == 400
+    assert caller.post("/api/v1/search", {"query": "x", "vector": [1.0, 2.0]}).status_code == 400
+    assert caller.post("/api/v1/search", {"query": "x", "occurred_from": "2026-02-01T00:00:00Z",
+                                          "occurred_to": "2026-01-01T00:00:00Z"}).status_code == 400
+
+
+def test_session_isolation(caller):
+    turns(caller, "s-one", ["We chose PostgreSQL for the billing service"])
+    turns(caller, "s-two", ["We chose PostgreSQL for the analytics service"])
+    body = search(caller, "PostgreSQL service", session_id="s-one")
+    assert {r["scope"]["session_id"] for r in body["results"]} == {"s-one"}
+
+
+def test_warm_and_cold_hits_are_shaped_by_layer(caller, corpus):
+    pack(corpus["trip"], "warm")
+    pack(corpus["cooking"], "cold")
+    warm = search(caller, "Lisbon conference flight", layers=["warm"])["results"][0]
+    assert warm["layer"] == "warm" and warm["partial"] is True and "summary" in warm and "turns" not in warm
+    assert warm["turn_ids"] == corpus["trip_turns"]
+    cold = search(caller, "sourdough starter", layers=["cold"])["results"][0]
+    assert cold["layer"] == "cold" and cold["index_only"] is True and "headline" in cold and "packed" in cold["tags"]
+
+
+def test_access_is_recorded_without_read_modify_write(caller, corpus):
+    before = Episode.objects.get(pk=corpus["trip"])
+    search(caller, "Lisbon hotel")
+    search(caller, "Lisbon hotel")
+    after = Episode.objects.get(pk=corpus["trip"])
+    assert after.access_count == before.access_count + 2
+    assert after.version >= before.version + 2
+
+
+def test_deep_unpack_of_a_cold_episode_returns_every_turn_and_puts_it_back_in_hot(caller, corpus):
+    pack(corpus["trip"], "cold")
+    assert corpus["trip"] not in hot_store().episode_ids(caller.tenant.id.hex)
+    body = caller.post(f"/api/v1/memories/{corpus['trip']}/unpack").json()
+    assert body["unpacked_from"] == "cold" and body["layer"] == "hot"
+    assert [t["id"] for t in body["turns"]] == corpus["trip_turns"]
+    assert corpus["trip"] in hot_store().episode_ids(caller.tenant.id.hex)
+    episode = Episode.objects.get(pk=corpus["trip"])
+    assert episode.restored_at is not None and episode.headline  # the packed copy is kept
+
+
+def test_get_depth_deep_unpacks_a_warm_episode(caller, corpus):
+    pack(corpus["cooking"], "warm")
+    body = caller.get(f"/api/v1/memories/{corpus['cooking']}", {"depth": "deep"}).json()
+    assert body["layer"] == "hot" and len(body["turns"]) == 2
+    shallow = search(caller, "sourdough", layers=["hot"])
+    assert corpus["cooking"] in ids(shallow)
+
+
+def test_degraded_search_with_redis_stopped(caller, corpus):
+    server = settings.EMBEDDED_REDIS
+    server.stop()
+    try:
+        body = search(caller, "hotel near the river in Lisbon")
+    finally:
+        server.start()
+        get_redis().connection_pool.disconnect()
+    assert body["degraded"] is True
+    assert body["results"][0]["episode_id"] == corpus["trip"]
+    assert body["results"][0]["matched_turn_ids"]
+    assert search(caller, "Lisbon")["degraded"] is False
+
+
+def test_activate_context_and_feedback(caller, corpus):
+    for i in range(5):
+        caller.post("/api/v1/memories", {"text": f"rule {i}: be concise", "kind": "instruction"})
+    body = caller.post("/api/v1/activate", {"kind": "instruction"}).json()
+    assert len(body["results"]) == 3  # activation_limit
+    assert {r["kind"] for r in body["results"]} == {"instruction"}
+    ranked = caller.post("/api/v1/activate", {"kind": "profile", "query": "peanut allergy"}).json()
+    assert ids(ranked) == [corpus["memory"]]
+
+    caller.post(f"/api/v1/memories/{corpus['memory']}/anchor")
+    ctx = caller.post("/api/v1/context", {"session_id": "trip", "query": "bread baking", "max_tokens": 400}).json()
+    assert ctx["sections"]["anchors"][0]["episode_id"] == corpus["memory"]
+    assert ctx["sections"]["session"][0]["episode_id"] == corpus["trip"]
+    assert corpus["cooking"] in [x["episode_id"] for x in ctx["sections"]["relevant"]]
+    assert "Allergic to peanuts" in ctx["text"] and ctx["tokens"] <= 400
+    tight = caller.post("/api/v1/context", {"session_id": "trip", "query": "bread", "max_tokens": 50}).json()
+    assert tight["tokens"] <= 50
+
+    response = caller.post("/api/v1/feedback", {"used": [corpus["trip"]], "unused": [corpus["cooking"]]})
+    assert response.status_code == 200
+    assert caller.post("/api/v1/feedback", {"used": [999999]}).status_code == 404
