@@ -53,6 +53,9 @@ class EpisodeQuerySet(TenantQuerySet):
         return self.exclude(state=State.FORGOTTEN)
 
 
+_PACKED = models.Q(layer__in=["warm", "cold"])
+
+
 class Episode(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="episodes")
     user_id = models.CharField(max_length=200, blank=True, default="")
@@ -114,13 +117,24 @@ class Episode(models.Model):
             models.Index(fields=["tenant", "session_id"], name="episode_tenant_session"),
             models.Index(fields=["tenant", "kind"], name="episode_tenant_kind"),
             models.Index(fields=["tenant", "state"], name="episode_tenant_state"),
+            # Degraded mode searches every layer; normal search only warm and cold, through the
+            # partial indexes below, so a tenant's many hot rows never crowd a warm/cold scan.
             GinIndex(fields=["search_vector"], name="episode_search_vector"),
+            GinIndex(fields=["search_vector"], name="episode_packed_search_vector", condition=_PACKED),
             HnswIndex(
                 name="episode_embedding_hnsw",
                 fields=["embedding"],
                 m=16,
                 ef_construction=64,
                 opclasses=["vector_cosine_ops"],
+            ),
+            HnswIndex(
+                name="episode_packed_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+                condition=_PACKED,
             ),
         ]
         constraints = [

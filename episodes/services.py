@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from django.db import connection, transaction
 from django.db.models import F, Max
+from django.utils.module_loading import import_string
 
 from memory_platform.conf import memory_settings
 from memory_platform.embeddings import get_embedder
@@ -72,6 +73,14 @@ class IngestResult:
     queued: bool = False
 
 
+def rules_for(tenant: Tenant) -> SegmentationRules:
+    """The tenant's segmentation rules from its policy, through the configured hook."""
+    provider = memory_settings.SEGMENTATION_RULES
+    if provider:
+        return import_string(provider)(tenant)  # type: ignore[no-any-return]
+    return default_rules()
+
+
 def default_rules() -> SegmentationRules:
     return SegmentationRules(
         gap_seconds=int(memory_settings.EPISODE_GAP_SECONDS),
@@ -108,7 +117,7 @@ def turns_ingest(
     rules: SegmentationRules | None = None,
 ) -> IngestResult:
     """Append turns; durable in Postgres on return. Sync: also searchable. Async: a worker indexes."""
-    rules = rules or default_rules()
+    rules = rules or rules_for(tenant)
     vectors: list[np.ndarray | None] = [t.vector for t in turns]
     missing = [i for i, v in enumerate(vectors) if v is None]
     embedder = get_embedder(tenant.embedder)

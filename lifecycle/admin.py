@@ -7,8 +7,11 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 
-from .models import PRESETS, JournalEntry, MemoryPolicy, Preset, TickRun, apply_preset
+from .candidates import CandidateError, candidate_approve, candidate_reject
+from .models import PRESETS, Candidate, JournalEntry, MemoryPolicy, Preset, TickRun, apply_preset
+from .rollback import RollbackError, rollback_journal_entry
 
 FIELDSETS: tuple[tuple[str | None, dict[str, Any]], ...] = (
     (None, {"fields": ("tenant", "preset", "apply_preset_now", "layer_rule")}),
@@ -180,6 +183,10 @@ class TickRunAdmin(ReadOnlyAdmin):
     date_hierarchy = "started_at"
 
 
+def _actor(request: HttpRequest) -> str:
+    return f"admin:{request.user.get_username()}"
+
+
 @admin.register(JournalEntry)
 class JournalEntryAdmin(ReadOnlyAdmin):
     list_display = (
@@ -196,3 +203,70 @@ class JournalEntryAdmin(ReadOnlyAdmin):
     list_select_related = ("tenant", "tick_run")
     search_fields = ("episode_id_value", "action")
     date_hierarchy = "created_at"
+    actions = ["roll_back"]
+
+    def has_rollback_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("lifecycle.change_journalentry"))
+
+    @admin.action(
+        description="Roll back (and the later entries of the same episode)", permissions=["rollback"]
+    )
+    def roll_back(self, request: HttpRequest, queryset: QuerySet[JournalEntry]) -> None:
+        now = timezone.now()
+        done = 0
+        # Newest first, so an entry already undone by a later one's cascade is simply reported.
+        for entry in queryset.order_by("-pk"):
+            entry.refresh_from_db(fields=["rolled_back_at"])
+            if entry.rolled_back_at is not None:
+                continue
+            try:
+                done += len(rollback_journal_entry(entry, now=now, actor=_actor(request)))
+            except RollbackError as exc:
+                self.message_user(request, f"entry {entry.pk}: {exc}", messages.WARNING)
+        self.message_user(request, f"rolled back {done} journal entr(ies)", messages.SUCCESS)
+
+
+@admin.register(Candidate)
+class CandidateAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "tenant",
+        "kind",
+        "episode",
+        "other",
+        "similarity",
+        "score",
+        "status",
+        "created_at",
+        "decided_by",
+    )
+    list_filter = ("kind", "status", "tenant")
+    list_select_related = ("tenant", "episode", "other")
+    raw_id_fields = ("episode", "other")
+    date_hierarchy = "created_at"
+    actions = ["approve", "reject"]
+
+    def has_decide_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("lifecycle.change_candidate"))
+
+    def _decide(self, request: HttpRequest, queryset: QuerySet[Candidate], decide: Any, label: str) -> None:
+        now = timezone.now()
+        done = 0
+        for candidate in queryset.order_by("pk"):
+            try:
+                decide(candidate=candidate, now=now, actor=_actor(request))
+                done += 1
+            except CandidateError as exc:
+                self.message_user(request, f"candidate {candidate.pk}: {exc}", messages.WARNING)
+        self.message_user(request, f"{label} {done} candidate(s)", messages.SUCCESS)
+
+    @admin.action(
+        description="Approve (soft: forget, or link merged_into and forget; journaled)",
+        permissions=["decide"],
+    )
+    def approve(self, request: HttpRequest, queryset: QuerySet[Candidate]) -> None:
+        self._decide(request, queryset, candidate_approve, "approved")
+
+    @admin.action(description="Reject", permissions=["decide"])
+    def reject(self, request: HttpRequest, queryset: QuerySet[Candidate]) -> None:
+        self._decide(request, queryset, candidate_reject, "rejected")

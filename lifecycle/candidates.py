@@ -15,6 +15,7 @@ from django.db.models import Q
 
 from episodes.models import Episode, Link, LinkKind, State
 from episodes.selectors import degrees
+from episodes.services import EpisodeNotFound
 from memory_platform.tenancy.models import Tenant
 
 from . import scoring
@@ -54,7 +55,10 @@ def withdraw_delete(tenant: Tenant, episode: Episode, now: datetime) -> list[int
     )
     ids = list(open_.values_list("pk", flat=True))
     open_.update(
-        status=Candidate.Status.REJECTED, decided_at=now, decided_by="tick", note="no longer a delete candidate"
+        status=Candidate.Status.REJECTED,
+        decided_at=now,
+        decided_by="tick",
+        note="no longer a delete candidate",
     )
     return ids
 
@@ -83,12 +87,18 @@ def propose_merges(t: Tick, episodes: list[Episode], scores: dict[int, tuple[flo
     policy = t.policy
     degree = degrees([e.pk for e in episodes])
     low = sorted(
-        (e for e in episodes if scores[e.pk][0] < policy.theta_active and sum(degree[e.pk]) <= policy.merge_max_links),
+        (
+            e
+            for e in episodes
+            if scores[e.pk][0] < policy.theta_active and sum(degree[e.pk]) <= policy.merge_max_links
+        ),
         key=lambda e: (scores[e.pk][0], e.pk),
     )[:MERGE_SCAN_LIMIT]
     by_id = {e.pk: e for e in low}
     made = 0
-    for a, b, similarity in sorted(_neighbours(t.tenant, list(by_id), policy.merge_similarity), key=lambda x: -x[2]):
+    for a, b, similarity in sorted(
+        _neighbours(t.tenant, list(by_id), policy.merge_similarity), key=lambda x: -x[2]
+    ):
         score = scores[a][0]
         if not scoring.is_merge_candidate(score, policy, link_count=sum(degree[a]), similarity=similarity):
             continue
@@ -134,9 +144,11 @@ def candidate_approve(*, candidate: Candidate, now: datetime, actor: str) -> Can
         tenant = candidate.tenant
         after: dict[str, Any] = {"candidate_id": candidate.pk}
         if candidate.kind == Candidate.Kind.MERGE:
-            survivor = Episode.objects.for_tenant(tenant).visible().filter(pk=candidate.other_id).first()
+            survivor = Episode.objects.visible().filter(tenant=tenant).filter(pk=candidate.other_id).first()
             if survivor is None:
-                raise CandidateError(f"the episode to merge into (#{candidate.other_id}) is gone or forgotten")
+                raise CandidateError(
+                    f"the episode to merge into (#{candidate.other_id}) is gone or forgotten"
+                )
             link, created = Link.objects.get_or_create(
                 tenant=tenant,
                 src_id=candidate.episode_id,
@@ -156,7 +168,7 @@ def candidate_approve(*, candidate: Candidate, now: datetime, actor: str) -> Can
                 action="merge" if candidate.kind == Candidate.Kind.MERGE else "delete",
                 after=after,
             )
-        except Episode.DoesNotExist:
+        except EpisodeNotFound:
             raise CandidateError(f"episode #{candidate.episode_id} is gone or already forgotten") from None
         candidate.status = Candidate.Status.APPLIED
         candidate.decided_at = now

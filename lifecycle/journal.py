@@ -70,7 +70,9 @@ def snapshot(episode: Episode, fields: Iterable[str] = CONTENT_FIELDS) -> dict[s
 def packed_search_text(episode: Episode, layer: str) -> str:
     """The search text of a packed layer, rebuilt from the packed copy the episode keeps."""
     if layer == Layer.WARM:
-        return WarmShape(episode.summary, list(episode.key_points), list(episode.entities), list(episode.decisions)).text()
+        return WarmShape(
+            episode.summary, list(episode.key_points), list(episode.entities), list(episode.decisions)
+        ).text()
     if layer == Layer.COLD:
         return ColdShape(episode.headline, list(episode.keywords)).text()
     return "\n".join(episode.turns.order_by("seq", "id").values_list("text", flat=True))

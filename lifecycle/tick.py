@@ -94,7 +94,9 @@ class Tick:
 
     def error(self, step: str, episode_id: int | None, exc: BaseException) -> None:
         logger.warning("tick %s: %s failed for episode %s: %s", self.run.pk, step, episode_id, exc)
-        self.errors.append({"step": step, "episode": episode_id, "error": f"{type(exc).__name__}: {exc}"[:500]})
+        self.errors.append(
+            {"step": step, "episode": episode_id, "error": f"{type(exc).__name__}: {exc}"[:500]}
+        )
 
     def journal(self, episode: Episode, action: str, before: dict[str, Any], after: dict[str, Any]) -> None:
         journal_record(
@@ -111,7 +113,10 @@ class Tick:
     # --- reading -------------------------------------------------------------------------------
     def episodes(self, **filters: Any) -> list[Episode]:
         return list(
-            Episode.objects.for_tenant(self.tenant).visible().filter(**filters).defer("embedding", "search_text")
+            Episode.objects.visible()
+            .filter(tenant=self.tenant)
+            .filter(**filters)
+            .defer("embedding", "search_text")
         )
 
     def scored(self, episodes: list[Episode]) -> dict[int, tuple[float, scoring.EpisodeStats]]:
@@ -168,7 +173,10 @@ def step_promote(t: Tick) -> None:
         tenant=tenant, started_at__lt=now - WINDOW_SLIDE, episode__access_count=F("access_count_at_start")
     ).update(started_at=now)
     unwatched = (
-        Episode.objects.for_tenant(tenant).visible().exclude(layer=Layer.HOT).filter(access_window__isnull=True)
+        Episode.objects.visible()
+        .filter(tenant=tenant)
+        .exclude(layer=Layer.HOT)
+        .filter(access_window__isnull=True)
     )
     AccessWindow.objects.bulk_create(
         [
@@ -188,7 +196,9 @@ def step_promote(t: Tick) -> None:
         gained = episode.access_count - window.access_count_at_start
         if now - window.started_at > timedelta(days=t.policy.hot_days):
             # Too slow to count as "active use": start a new window from here.
-            AccessWindow.objects.filter(pk=window.pk).update(started_at=now, access_count_at_start=episode.access_count)
+            AccessWindow.objects.filter(pk=window.pk).update(
+                started_at=now, access_count_at_start=episode.access_count
+            )
         elif gained >= t.policy.promote_after_accesses:
             try:
                 _promote(t, episode, gained)
@@ -344,7 +354,9 @@ def step_warm_to_cold(t: Tick) -> None:
 
 
 def _demote_to_cold(t: Tick, episode: Episode) -> None:
-    cold = t.summariser.cold(WarmShape(episode.summary, episode.key_points, episode.entities, episode.decisions))
+    cold = t.summariser.cold(
+        WarmShape(episode.summary, episode.key_points, episode.entities, episode.decisions)
+    )
     t.checkpoint(f"compressed:{episode.pk}")
     with transaction.atomic():
         before = snapshot(episode)
@@ -357,8 +369,12 @@ def _demote_to_cold(t: Tick, episode: Episode) -> None:
             "packed_chars": cold.chars,
         }
         if t.write(episode, Layer.WARM, **fields):
-            t.journal(episode, "warm_to_cold", before, {**{k: v for k, v in fields.items() if k != "search_text"},
-                                                          "source": cold.source})
+            t.journal(
+                episode,
+                "warm_to_cold",
+                before,
+                {**{k: v for k, v in fields.items() if k != "search_text"}, "source": cold.source},
+            )
             t.counts["warm_to_cold"] += 1
 
 
@@ -399,7 +415,9 @@ def step_candidates(t: Tick) -> None:
 def step_purge(t: Tick) -> None:
     from .forgetting import purge_forgotten
 
-    purged, failed = purge_forgotten(tenant=t.tenant, now=t.now, grace_days=t.policy.purge_grace_days, run=t.run)
+    purged, failed = purge_forgotten(
+        tenant=t.tenant, now=t.now, grace_days=t.policy.purge_grace_days, run=t.run
+    )
     t.counts["purged"] += purged
     for episode_id, exc in failed:
         t.error("purge", episode_id, exc)

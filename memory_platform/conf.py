@@ -21,6 +21,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_BATCH_TURNS": 500,
     "MAX_METADATA_BYTES": 16_384,
     "MAX_SCOPE_CHARS": 200,
+    # where ingest reads a tenant's segmentation rules (the lifecycle policy); None: the defaults below
+    "SEGMENTATION_RULES": "lifecycle.selectors.segmentation_rules",
     # segmentation (DESIGN §3)
     "EPISODE_GAP_SECONDS": 30 * 60,
     "EPISODE_SPLIT_SIMILARITY": 0.10,

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from memory_platform.api.serializers import StrictSerializer, scope_field
+
+FILTER_FIELDS = ("kind", "user_id", "agent_id", "session_id", "tags", "layer", "older_than", "anchor")
+
+
+class ForgetInSerializer(StrictSerializer):
+    """Seed 004 Forget / ForgetByThreshold: a filter, a retrievability threshold, or both (AND)."""
+
+    kind = serializers.SlugField(required=False, max_length=50)
+    user_id = scope_field()
+    agent_id = scope_field()
+    session_id = scope_field()
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=100, min_length=1),
+        required=False,
+        max_length=50,
+        allow_empty=False,
+    )
+    layer = serializers.ChoiceField(choices=["hot", "warm", "cold"], required=False)
+    older_than = serializers.DateTimeField(
+        required=False, help_text="episodes that last happened before this"
+    )
+    anchor = serializers.BooleanField(required=False, allow_null=True, default=None)
+    retrievability_below = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="forget episodes whose FSRS-6 retrievability is below this now (never anchors)",
+    )
+    dry_run = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        named = [name for name in FILTER_FIELDS if attrs.get(name) not in (None, "", [])]
+        if not named and "retrievability_below" not in attrs:
+            raise serializers.ValidationError(
+                {
+                    "non_field_errors": [
+                        "give a filter or retrievability_below: an empty filter would forget everything"
+                    ]
+                }
+            )
+        return attrs

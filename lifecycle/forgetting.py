@@ -1,0 +1,155 @@
+"""Forgetting: soft and journaled first, for good only after the grace period (seed 002, 004).
+
+`forget_select` decides which episodes a request names (by filter, or seed 004's ForgetByThreshold:
+FSRS-6 retrievability below a threshold) without touching anything, so a dry run is the same
+code path as the real one minus `forget_apply`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+from episodes.models import Episode, State
+from episodes.services import EpisodeNotFound, episode_forget
+from episodes.stores.hot import HotUnavailable, hot_store
+from memory_platform.tenancy.models import Tenant
+
+from . import scoring
+from .journal import journal_record
+from .models import TickRun, policy_for
+
+
+@dataclass(frozen=True)
+class ForgetFilters:
+    kind: str | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    tags: tuple[str, ...] = ()
+    layer: str | None = None
+    older_than: datetime | None = None
+    anchor: bool | None = None
+
+    def is_empty(self) -> bool:
+        return self == ForgetFilters()
+
+
+def forget_select(
+    *, tenant: Tenant, filters: ForgetFilters, retrievability_below: float | None, now: datetime
+) -> list[int]:
+    """Ids of the tenant's visible episodes the request names, oldest first. Reads only."""
+    qs = Episode.objects.visible().filter(tenant=tenant)
+    for name in ("kind", "user_id", "agent_id", "session_id", "layer", "anchor"):
+        value = getattr(filters, name)
+        if value is not None:
+            qs = qs.filter(**{name: value})
+    if filters.tags:
+        qs = qs.filter(tags__contains=list(filters.tags))
+    if filters.older_than is not None:
+        qs = qs.filter(last_occurred_at__lt=filters.older_than)
+    qs = qs.order_by("last_occurred_at", "pk")
+    if retrievability_below is None:
+        return list(qs.values_list("pk", flat=True))
+    policy = policy_for(tenant)
+    # Anchors never decay (seed 003 §4.6): a threshold never reaches them.
+    rows = qs.filter(anchor=False).defer("embedding", "search_text")
+    return [
+        e.pk
+        for e in rows
+        if scoring.retrievability(scoring.EpisodeStats.from_episode(e), policy, now) < retrievability_below
+    ]
+
+
+def forget_journaled(
+    *,
+    tenant: Tenant,
+    episode_id: int,
+    now: datetime,
+    actor: str,
+    action: str = "forget",
+    after: dict[str, Any] | None = None,
+) -> Episode:
+    """Soft forget one episode and journal it in the same transaction. Raises EpisodeNotFound."""
+    with transaction.atomic():
+        prior = (
+            Episode.objects.select_for_update()
+            .filter(tenant=tenant, pk=episode_id)
+            .exclude(state=State.FORGOTTEN)
+            .values("state", "state_before_forget", "forgotten_at")
+            .first()
+        )
+        if prior is None:
+            raise EpisodeNotFound(episode_id)
+        episode = episode_forget(tenant=tenant, episode_id=episode_id, now=now)
+        journal_record(
+            tenant=tenant,
+            episode=episode,
+            action=action,
+            before=prior,
+            after={"state": State.FORGOTTEN, "forgotten_at": now, **(after or {})},
+            now=now,
+            actor=actor,
+        )
+    return episode
+
+
+def forget_apply(*, tenant: Tenant, episode_ids: Sequence[int], now: datetime, actor: str) -> list[int]:
+    """Forget each episode in its own transaction; returns those forgotten (others went meanwhile)."""
+    done = []
+    for episode_id in episode_ids:
+        try:
+            forget_journaled(tenant=tenant, episode_id=episode_id, now=now, actor=actor)
+        except EpisodeNotFound:
+            continue
+        done.append(episode_id)
+    return done
+
+
+def purge_forgotten(
+    *, tenant: Tenant, now: datetime, grace_days: int, run: TickRun | None = None
+) -> tuple[int, list[tuple[int, Exception]]]:
+    """Delete for good the episodes forgotten more than ``grace_days`` ago (turns and links go with
+    them). The journal keeps a note of each; it cannot be rolled back."""
+    cutoff = now - timedelta(days=grace_days)
+    purged = 0
+    failed: list[tuple[int, Exception]] = []
+    due = Episode.objects.for_tenant(tenant).filter(state=State.FORGOTTEN, forgotten_at__lt=cutoff)
+    for episode in due.defer("embedding", "search_text").order_by("pk"):
+        turn_ids = list(episode.turns.values_list("pk", flat=True))
+        try:
+            # Redis first: once the rows are gone nothing names the turn documents any more.
+            hot_store().remove_episode(tenant.id.hex, episode.pk, turn_ids)
+        except HotUnavailable as exc:
+            failed.append((episode.pk, exc))
+            continue
+        with transaction.atomic():
+            note = {
+                "title": episode.title,
+                "kind": episode.kind,
+                "session_id": episode.session_id,
+                "layer": episode.layer,
+                "turn_count": episode.turn_count,
+                "forgotten_at": episode.forgotten_at,
+            }
+            deleted, _ = Episode.objects.filter(
+                pk=episode.pk, version=episode.version, state=State.FORGOTTEN
+            ).delete()
+            if deleted:
+                journal_record(
+                    tenant=tenant,
+                    episode=None,
+                    episode_id=episode.pk,
+                    action="purge",
+                    before=note,
+                    after={},
+                    now=now,
+                    actor="tick" if run is not None else "service",
+                    tick_run=run,
+                )
+                purged += 1
+    return purged, failed

@@ -1,0 +1,98 @@
+"""Rollback of journal entries (DESIGN §4.9): the fields, the links, the candidates and the Redis
+index go back to what they were before the change.
+
+Entries of one episode are undone newest first: rolling back an entry also rolls back every later,
+not yet rolled back entry of the same episode, so the fields never mix two points in time (undoing
+`hot_to_warm` of an episode that has gone cold since first undoes `warm_to_cold`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from episodes.models import Episode, Link
+
+from .hotsync import sync_episode
+from .journal import RESTORABLE_FIELDS, from_json, journal_record
+from .models import Candidate, JournalEntry
+
+#: What cannot be undone: a purge removed the data, and a rollback is undone by nothing but itself.
+IRREVERSIBLE = frozenset({"purge", "rollback"})
+#: Entries whose candidate was proposed by the entry itself (undo = withdraw the proposal).
+PROPOSING = frozenset({"propose_merge", "state"})
+
+
+class RollbackError(Exception):
+    pass
+
+
+def rollback_journal_entry(entry: JournalEntry, *, now: datetime, actor: str = "") -> list[JournalEntry]:
+    """Undo ``entry`` (and the later entries of its episode); returns the entries undone, newest first."""
+    try:
+        with transaction.atomic():
+            undone = _rollback(entry, now, actor)
+    except IntegrityError as exc:  # e.g. an anchor cannot go back to cold; nothing was changed
+        raise RollbackError(f"the prior state is not allowed any more: {exc}") from None
+    return undone
+
+
+def _rollback(entry: JournalEntry, now: datetime, actor: str) -> list[JournalEntry]:
+    entry = JournalEntry.objects.select_for_update().select_related("tenant").get(pk=entry.pk)
+    if entry.rolled_back_at is not None:
+        raise RollbackError(f"journal entry {entry.pk} was already rolled back")
+    if entry.action in IRREVERSIBLE:
+        raise RollbackError(f"a {entry.action!r} cannot be rolled back")
+    if entry.episode_id is None:
+        raise RollbackError(f"episode #{entry.episode_id_value} no longer exists (purged)")
+    episode = Episode.objects.select_for_update().get(pk=entry.episode_id)
+    later = list(
+        JournalEntry.objects.select_for_update()
+        .filter(episode_id=episode.pk, rolled_back_at__isnull=True, pk__gt=entry.pk)
+        .exclude(action="rollback")
+        .order_by("-pk")
+    )
+    undone = [*later, entry]
+    for item in undone:
+        if item.action in IRREVERSIBLE:
+            raise RollbackError(f"entry {item.pk} ({item.action}) cannot be rolled back")
+        _undo(item, episode)
+        item.rolled_back_at = now
+        item.save(update_fields=["rolled_back_at"])
+    journal_record(
+        tenant=entry.tenant,
+        episode=episode,
+        action="rollback",
+        before={},
+        after={"entries": [item.pk for item in undone]},
+        now=now,
+        actor=actor or "service",
+    )
+    # Re-index a hot episode whole (its state tag too), or take a packed one out of Redis.
+    transaction.on_commit(lambda: sync_episode(episode.pk))
+    return undone
+
+
+def _undo(entry: JournalEntry, episode: Episode) -> None:
+    fields = {
+        name: from_json(name, value) for name, value in entry.before.items() if name in RESTORABLE_FIELDS
+    }
+    if fields:
+        # The version moves on: a migration that read the episode before the rollback abandons.
+        Episode.objects.filter(pk=episode.pk).update(version=F("version") + 1, **fields)
+    after = entry.after or {}
+    for src, dst, kind in after.get("links_created", []):
+        Link.objects.filter(tenant=entry.tenant, src_id=src, dst_id=dst, kind=kind).delete()
+    reopened = list(after.get("withdrawn_candidates", []))
+    candidate_id = after.get("candidate_id")
+    if candidate_id is not None:
+        if entry.action in PROPOSING:
+            Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.PROPOSED).delete()
+        else:  # an approval or a rejection: the proposal is open again
+            reopened.append(candidate_id)
+    if reopened:
+        Candidate.objects.filter(pk__in=reopened).update(
+            status=Candidate.Status.PROPOSED, decided_at=None, decided_by="", note=""
+        )

@@ -1,0 +1,67 @@
+"""Worker tasks: thin and idempotent. A tick holds the tenant's lock, so a task retried while the
+first attempt still runs records a skipped tick instead of doing the work twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from memory_platform.tenancy.models import Tenant
+
+from .models import policy_for
+from .tick import tick_run
+
+SCHEDULE_PREFIX = "lifecycle.tick:"
+SELF_SCHEDULE = "lifecycle.schedule_ticks"
+
+
+def tick_tenant(tenant_id: str) -> dict[str, Any]:
+    tenant = Tenant.objects.filter(pk=tenant_id, is_active=True).first()
+    if tenant is None:
+        return {"status": "no such active tenant", "tenant": tenant_id}
+    run = tick_run(tenant=tenant, now=timezone.now())
+    return {"status": run.status, "tick_run": run.pk, "counts": run.counts}
+
+
+def schedule_ticks() -> dict[str, int]:
+    """Make the django-q2 schedules match the tenants: one tick schedule per active tenant at its
+    policy's `tick_interval_minutes`, none for others; and this function itself every 10 minutes,
+    so new tenants and edited intervals are picked up. Safe to call any number of times."""
+    from django_q.models import Schedule
+
+    created = updated = removed = 0
+    wanted: set[str] = set()
+    for tenant in Tenant.objects.filter(is_active=True):
+        name = f"{SCHEDULE_PREFIX}{tenant.pk}"
+        wanted.add(name)
+        minutes = int(policy_for(tenant).tick_interval_minutes)
+        schedule, made = Schedule.objects.get_or_create(
+            name=name,
+            defaults={
+                "func": "lifecycle.tasks.tick_tenant",
+                "args": repr(str(tenant.pk)),
+                "schedule_type": Schedule.MINUTES,
+                "minutes": minutes,
+                "repeats": -1,
+            },
+        )
+        if made:
+            created += 1
+        elif schedule.minutes != minutes or schedule.schedule_type != Schedule.MINUTES:
+            schedule.schedule_type = Schedule.MINUTES
+            schedule.minutes = minutes
+            schedule.save(update_fields=["schedule_type", "minutes"])
+            updated += 1
+    stale = Schedule.objects.filter(name__startswith=SCHEDULE_PREFIX).exclude(name__in=wanted)
+    removed, _ = stale.delete()
+    Schedule.objects.get_or_create(
+        name=SELF_SCHEDULE,
+        defaults={
+            "func": "lifecycle.tasks.schedule_ticks",
+            "schedule_type": Schedule.MINUTES,
+            "minutes": 10,
+            "repeats": -1,
+        },
+    )
+    return {"created": created, "updated": updated, "removed": removed}

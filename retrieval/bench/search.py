@@ -1,0 +1,203 @@
+"""`bench search`: search latency at 10k / 100k episodes, through the service and over HTTP.
+
+Episodes are bulk-loaded for a `provided`-embedder tenant (clustered unit vectors, synthetic
+text), written to Postgres and indexed hot in Redis, exactly as ingest would leave them. Queries
+run with a caller vector and with the local query embedding (the server embeds the text). HTTP
+runs against a gunicorn started for the run on a free loopback port.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.utils import timezone
+
+from episodes.models import Episode, Turn
+from episodes.services import turn_documents
+from episodes.stores.hot import hot_store
+from memory_platform.embedded.redis import free_port
+from memory_platform.embeddings import get_embedder
+from memory_platform.tenancy.models import Tenant
+from memory_platform.tenancy.services import api_key_create, tenant_create
+from retrieval.query import SearchQuery
+from retrieval.services import search
+
+from .ingest import WORDS
+
+BATCH = 2000
+
+
+def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None]) -> tuple[Tenant, np.ndarray]:
+    tenant = tenant_create(name=f"bench-search-{size}-{uuid.uuid4().hex[:6]}", embedder="provided")
+    topics = rng.normal(size=(max(10, size // 50), 384)).astype(np.float32)
+    now = timezone.now()
+    start = now - timedelta(days=7)
+    store = hot_store()
+    store.ensure_index()
+    vectors_all = np.empty((size, 384), dtype=np.float32)
+    for offset in range(0, size, BATCH):
+        n = min(BATCH, size - offset)
+        topic_ids = rng.integers(0, len(topics), size=n)
+        vectors = topics[topic_ids] + 0.5 * rng.normal(size=(n, 384)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors_all[offset : offset + n] = vectors
+        texts = [f"note {offset + i}: " + " ".join(rng.choice(WORDS, size=10)) for i in range(n)]
+        when = [start + timedelta(seconds=5 * (offset + i)) for i in range(n)]
+        episodes = Episode.objects.bulk_create(
+            [
+                Episode(tenant=tenant, kind="note", title=texts[i][:60], session_id=f"s{(offset + i) // 100}",
+                        first_occurred_at=when[i], last_occurred_at=when[i], last_accessed_at=now, turn_count=1,
+                        embedding=vectors[i], search_text=texts[i], raw_chars=len(texts[i]))
+                for i in range(n)
+            ]
+        )
+        turns = Turn.objects.bulk_create(
+            [
+                Turn(tenant=tenant, episode=e, session_id=e.session_id, seq=0, role="memory", text=texts[i],
+                     occurred_at=when[i], ingested_at=now, embedding=vectors[i])
+                for i, e in enumerate(episodes)
+            ]
+        )
+        for episode, turn in zip(episodes, turns, strict=True):
+            episode.tenant = tenant
+            store.index_episode(episode, turn_documents(episode, [turn]))
+        log(f"  loaded {offset + n}/{size} episodes")
+    return tenant, vectors_all
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    arr = np.asarray(values)
+    return {p: round(float(np.percentile(arr, q)), 2) for p, q in (("p50", 50), ("p95", 95), ("p99", 99))}
+
+
+def _queries(rng: np.random.Generator, vectors: np.ndarray, count: int) -> list[tuple[str, list[float]]]:
+    out = []
+    for _ in range(count):
+        v = vectors[rng.integers(0, len(vectors))] + 0.2 * rng.normal(size=384).astype(np.float32)
+        v /= np.linalg.norm(v)
+        out.append((" ".join(rng.choice(WORDS, size=4)), v.tolist()))
+    return out
+
+
+def measure_service(tenant: Tenant, queries: list[tuple[str, list[float]]], with_vector: bool) -> list[float]:
+    times = []
+    for text, vector in queries:
+        q = SearchQuery(text=text, vector=np.asarray(vector, dtype=np.float32) if with_vector else None, limit=10)
+        if not with_vector:
+            # the service embeds the text itself: time it as part of the search
+            started = time.perf_counter()
+            q = SearchQuery(text=text, vector=get_embedder("local").embed_one(text), limit=10)
+            search(tenant=tenant, query=q, now=timezone.now())
+            times.append((time.perf_counter() - started) * 1000)
+            continue
+        started = time.perf_counter()
+        search(tenant=tenant, query=q, now=timezone.now())
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+class Server:
+    """gunicorn on a free loopback port, with this process's settings and data directory."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        env = dict(os.environ)
+        env.setdefault("SECRET_KEY", settings.SECRET_KEY)
+        env["MEMORY_VAR_DIR"] = str(settings.VAR_DIR)
+        root = Path(settings.BASE_DIR)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "memory_platform.wsgi:application", "--bind",
+             f"127.0.0.1:{self.port}", "--workers", "1", "--threads", "1", "--worker-class", "sync",
+             "--log-level", "warning"],
+            cwd=root, env=env,
+        )
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200:
+                    return
+            except OSError:
+                time.sleep(0.3)
+        self.stop()
+        raise RuntimeError("the benchmark web server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def measure_http(port: int, secret: str, queries: list[tuple[str, list[float]]], with_vector: bool) -> list[float]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
+    times = []
+    for text, vector in queries:
+        body = {"query": text, "limit": 10}
+        if with_vector:
+            body["vector"] = vector
+        payload = json.dumps(body)
+        started = time.perf_counter()
+        conn.request("POST", "/api/v1/search", body=payload, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        times.append((time.perf_counter() - started) * 1000)
+        if response.status != 200:
+            raise RuntimeError(f"search answered {response.status}")
+    conn.close()
+    return times
+
+
+def run_search_bench(
+    *, sizes: list[int], queries: int, seed: int, keep: bool, log: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    get_embedder("local").embed(["warm-up"])
+    results = []
+    server = Server()
+    try:
+        for size in sizes:
+            log(f"loading {size} episodes")
+            tenant, vectors = load_tenant(size, rng, log)
+            _, secret = api_key_create(tenant=tenant, name="bench", scopes=["read"])
+            qs = _queries(rng, vectors, queries)
+            warm = qs[: min(20, len(qs))]
+            measure_service(tenant, warm, True)
+            measure_http(server.port, secret, warm, True)
+            measure_http(server.port, secret, warm, False)
+            for label, fn in (
+                ("service, caller vector", lambda: measure_service(tenant, qs, True)),
+                ("service, local embedding", lambda: measure_service(tenant, qs, False)),
+                ("HTTP, caller vector", lambda: measure_http(server.port, secret, qs, True)),
+                ("HTTP, local embedding", lambda: measure_http(server.port, secret, qs, False)),
+            ):
+                log(f"  measuring {label}")
+                results.append({"episodes": size, "path": label, "queries": len(qs), **_percentiles(fn())})
+            if not keep:
+                hot_store().drop_tenant(tenant.id.hex)
+                tenant.delete()
+    finally:
+        server.stop()
+    return results
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'episodes':>9}  {'path':<26}{'queries':>8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"]
+    for r in rows:
+        lines.append(f"{r['episodes']:>9}  {r['path']:<26}{r['queries']:>8}{r['p50']:>9}{r['p95']:>9}{r['p99']:>9}")
+    return "\n".join(lines)
