@@ -35,18 +35,43 @@ class OutLinkInline(admin.TabularInline):
 @admin.register(Episode)
 class EpisodeAdmin(admin.ModelAdmin):
     list_display = (
-        "id", "title", "tenant", "kind", "layer", "state", "anchor", "turn_count", "access_count",
-        "last_accessed_at", "last_occurred_at",
+        "id",
+        "title",
+        "tenant",
+        "kind",
+        "layer",
+        "state",
+        "anchor",
+        "turn_count",
+        "access_count",
+        "last_accessed_at",
+        "last_occurred_at",
     )
     list_filter = ("tenant", "layer", "state", "kind", "anchor", "needs_reindex")
     list_select_related = ("tenant",)
     search_fields = ("title", "search_text", "session_id", "user_id")
     date_hierarchy = "last_occurred_at"
     readonly_fields = (
-        "tenant", "embedding_dims", "search_text", "version", "raw_chars", "packed_chars", "created_at",
-        "first_occurred_at", "last_occurred_at", "turn_count", "access_count", "traverse_count",
-        "last_accessed_at", "last_linked_at", "stability", "difficulty", "last_review_at", "forgotten_at",
-        "restored_at", "needs_reindex",
+        "tenant",
+        "embedding_dims",
+        "search_text",
+        "version",
+        "raw_chars",
+        "packed_chars",
+        "created_at",
+        "first_occurred_at",
+        "last_occurred_at",
+        "turn_count",
+        "access_count",
+        "traverse_count",
+        "last_accessed_at",
+        "last_linked_at",
+        "stability",
+        "difficulty",
+        "last_review_at",
+        "forgotten_at",
+        "restored_at",
+        "needs_reindex",
     )
     exclude = ("embedding",)
     inlines = [TurnInline, OutLinkInline]
@@ -71,15 +96,18 @@ class EpisodeAdmin(admin.ModelAdmin):
     def pin(self, request: HttpRequest, queryset: Any) -> None:
         now = timezone.now()
         self._each(
-            request, queryset,
-            lambda e: services.episode_set_anchor(tenant=e.tenant, episode_id=e.pk, anchor=True, now=now), "pinned",
+            request,
+            queryset,
+            lambda e: services.episode_set_anchor(tenant=e.tenant, episode_id=e.pk, anchor=True, now=now),
+            "pinned",
         )
 
     @admin.action(description="Unpin")
     def unpin(self, request: HttpRequest, queryset: Any) -> None:
         now = timezone.now()
         self._each(
-            request, queryset,
+            request,
+            queryset,
             lambda e: services.episode_set_anchor(tenant=e.tenant, episode_id=e.pk, anchor=False, now=now),
             "unpinned",
         )
@@ -88,14 +116,19 @@ class EpisodeAdmin(admin.ModelAdmin):
     def forget(self, request: HttpRequest, queryset: Any) -> None:
         now = timezone.now()
         self._each(
-            request, queryset, lambda e: services.episode_forget(tenant=e.tenant, episode_id=e.pk, now=now), "forgot"
+            request,
+            queryset,
+            lambda e: services.episode_forget(tenant=e.tenant, episode_id=e.pk, now=now),
+            "forgot",
         )
 
     @admin.action(description="Restore forgotten")
     def restore(self, request: HttpRequest, queryset: Any) -> None:
         now = timezone.now()
         self._each(
-            request, queryset, lambda e: services.episode_restore(tenant=e.tenant, episode_id=e.pk, now=now),
+            request,
+            queryset,
+            lambda e: services.episode_restore(tenant=e.tenant, episode_id=e.pk, now=now),
             "restored",
         )
 

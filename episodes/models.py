@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Self
+
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
@@ -15,7 +17,7 @@ EMBEDDING_DIM = 384
 
 
 class TenantQuerySet(models.QuerySet):
-    def for_tenant(self, tenant: Tenant) -> TenantQuerySet:
+    def for_tenant(self, tenant: Tenant) -> Self:
         return self.filter(tenant=tenant)
 
 
@@ -104,7 +106,9 @@ class Episode(models.Model):
 
     raw_chars = models.PositiveIntegerField(default=0)
     packed_chars = models.PositiveIntegerField(default=0)
-    version = models.PositiveIntegerField(default=1, help_text="optimistic concurrency (seed 001 halt on touch)")
+    version = models.PositiveIntegerField(
+        default=1, help_text="optimistic concurrency (seed 001 halt on touch)"
+    )
     forgotten_at = models.DateTimeField(null=True, blank=True)
     state_before_forget = models.CharField(max_length=16, blank=True, default="")
 

@@ -138,8 +138,8 @@ def turns_ingest(
             _lock_scope(tenant, scope)
             _ingest_scope(tenant, scope, indices, turns, vectors, now, rules, touched, turn_objs)
         created = Turn.objects.bulk_create([t for _, t in turn_objs])
-        for (i, _), turn in zip(turn_objs, created, strict=True):
-            result_turns[i] = IngestedTurn(turn_id=turn.pk, episode_id=turn.episode_id, seq=turn.seq)
+        for (i, _), row in zip(turn_objs, created, strict=True):
+            result_turns[i] = IngestedTurn(turn_id=row.pk, episode_id=row.episode_id, seq=row.seq)
         _refresh_episodes(touched.values(), [t for _, t in turn_objs])
         episode_ids = list(touched)
         result = IngestResult(turns=[t for t in result_turns if t is not None], episode_ids=episode_ids)
@@ -183,7 +183,9 @@ def _ingest_scope(
         state = OpenEpisode(open_episode.turn_count, open_episode.last_occurred_at, centroid)
         open_episode._new_texts = []  # type: ignore[attr-defined]
         # Its last turn is about to get a next neighbour: its window embedding is stale.
-        last = Turn.objects.filter(episode=open_episode).order_by("-seq", "-id").values_list("pk", flat=True)[:1]
+        last = (
+            Turn.objects.filter(episode=open_episode).order_by("-seq", "-id").values_list("pk", flat=True)[:1]
+        )
         Turn.objects.filter(pk__in=list(last)).update(context_embedding=None)
     last_seq = (
         Turn.objects.filter(
@@ -214,7 +216,11 @@ def _ingest_scope(
             episode._new_texts = []  # type: ignore[attr-defined]
             if previous is not None:
                 Link.objects.get_or_create(
-                    tenant=tenant, src=episode, dst=previous, kind=LinkKind.CONTINUES, defaults={"created_at": now}
+                    tenant=tenant,
+                    src=episode,
+                    dst=previous,
+                    kind=LinkKind.CONTINUES,
+                    defaults={"created_at": now},
                 )
                 episode.last_linked_at = now
                 Episode.objects.filter(pk=previous.pk).update(last_linked_at=now)
@@ -314,9 +320,9 @@ def episodes_index_hot(episode_ids: Sequence[int]) -> int:
     """
     store = hot_store()
     episodes = list(
-        Episode.objects.filter(pk__in=episode_ids, layer=Layer.HOT).exclude(state=State.FORGOTTEN).select_related(
-            "tenant"
-        )
+        Episode.objects.filter(pk__in=episode_ids, layer=Layer.HOT)
+        .exclude(state=State.FORGOTTEN)
+        .select_related("tenant")
     )
     indexed = 0
     for episode in episodes:
@@ -494,7 +500,9 @@ def _reindex_after_commit(episode_id: int) -> None:
         try:
             episodes_index_hot([episode_id])
         except HotUnavailable as exc:
-            logger.warning("hot index unavailable; episode %s stays marked for re-indexing: %s", episode_id, exc)
+            logger.warning(
+                "hot index unavailable; episode %s stays marked for re-indexing: %s", episode_id, exc
+            )
 
     transaction.on_commit(run)
 
@@ -508,7 +516,9 @@ def episode_forget(*, tenant: Tenant, episode_id: int, now: datetime) -> Episode
     return episode
 
 
-def episode_restore(*, tenant: Tenant, episode_id: int, now: datetime, grace_days: int | None = None) -> Episode:
+def episode_restore(
+    *, tenant: Tenant, episode_id: int, now: datetime, grace_days: int | None = None
+) -> Episode:
     grace = timedelta(days=grace_days if grace_days is not None else int(memory_settings.PURGE_GRACE_DAYS))
     with transaction.atomic():
         episode = _get_for_update(tenant, episode_id, include_forgotten=True)
@@ -551,7 +561,9 @@ def link_create(*, tenant: Tenant, src_id: int, dst_id: int, kind: str, now: dat
             tenant=tenant, src=src, dst=dst, kind=kind, defaults={"created_at": now}
         )
         if created:
-            Episode.objects.filter(pk__in=[src.pk, dst.pk]).update(last_linked_at=now, version=F("version") + 1)
+            Episode.objects.filter(pk__in=[src.pk, dst.pk]).update(
+                last_linked_at=now, version=F("version") + 1
+            )
     return link, created
 
 
@@ -574,7 +586,9 @@ def rebuild_hot(*, tenant: Tenant | None = None, batch: int = 200, progress: Any
     for t in tenants:
         store.drop_tenant(t.id.hex)
         ids = list(
-            Episode.objects.filter(tenant=t, layer=Layer.HOT).exclude(state=State.FORGOTTEN).values_list("pk", flat=True)
+            Episode.objects.filter(tenant=t, layer=Layer.HOT)
+            .exclude(state=State.FORGOTTEN)
+            .values_list("pk", flat=True)
         )
         for start in range(0, len(ids), batch):
             total += episodes_index_hot(ids[start : start + batch])

@@ -385,7 +385,8 @@ def step_states(t: Tick) -> None:
     episodes = t.episodes()
     scores = t.scored(episodes)
     for listed in episodes:
-        new = scoring.state_of(scores[listed.pk][1], t.policy, t.now)
+        # Anchors never decay (seed 003 §4.6): always in default search, never a candidate.
+        new = State.ACTIVE if listed.anchor else scoring.state_of(scores[listed.pk][1], t.policy, t.now)
         if new == listed.state:
             continue
         old = listed.state

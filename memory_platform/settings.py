@@ -117,6 +117,8 @@ else:
         "HOST": EMBEDDED_POSTGRES.socket_dir(),
     }
 _db.setdefault("CONN_MAX_AGE", _int("DATABASE_CONN_MAX_AGE", 60))
+# Filtered HNSW scans keep going until they have k rows (pgvector >= 0.8); set once per connection.
+_db.setdefault("OPTIONS", {})["options"] = "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100"
 _db.setdefault("CONN_HEALTH_CHECKS", True)
 DATABASES = {"default": _db}
 

@@ -18,7 +18,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
-    path("api/v1/", include((api_v1, "api"), namespace="v1")),
+    path("api/v1/", include((api_v1, "api"), namespace="v1")),  # type: ignore[arg-type]
 ]
 
 handler400 = "memory_platform.api.errors.handler400"

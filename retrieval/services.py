@@ -45,9 +45,14 @@ class RetrievalWeights:
 
 
 def _policy(tenant: Tenant):  # type: ignore[no-untyped-def]
-    from lifecycle.models import policy_for
+    """The tenant's policy, read once per tenant object (one request, one command run)."""
+    cached = getattr(tenant, "_policy_cache", None)
+    if cached is None:
+        from lifecycle.models import policy_for
 
-    return policy_for(tenant)
+        cached = policy_for(tenant)
+        tenant._policy_cache = cached  # type: ignore[attr-defined]
+    return cached
 
 
 def activation_limit(tenant: Tenant) -> int:
@@ -152,9 +157,12 @@ def search(
                 episode_relevance[episode_id] = score
                 explain[episode_id] = parts
 
+    # Candidates carry only what ranking needs; vectors and long texts stay in the database.
     episodes = {
         e.pk: e
-        for e in Episode.objects.filter(tenant=tenant, pk__in=list(episode_relevance)).exclude(state=State.FORGOTTEN)
+        for e in Episode.objects.filter(tenant=tenant, pk__in=list(episode_relevance))
+        .exclude(state=State.FORGOTTEN)
+        .defer("embedding", "search_text", "search_vector", "metadata")
     }
     if degraded and vector is not None:
         hot_ids = [pk for pk, e in episodes.items() if e.layer == Layer.HOT]
@@ -184,7 +192,9 @@ def _hot_candidates(
         occurred_to=query.occurred_to.timestamp() if query.occurred_to else None,
         exclude_dormant=not query.include_dormant,
     )
-    vector_hits, text_hits = hot_store().search(tenant.id.hex, vector=vector, text=query.text, filters=filters, k=k)
+    vector_hits, text_hits = hot_store().search(
+        tenant.id.hex, vector=vector, text=query.text, filters=filters, k=k
+    )
     episode_of = {h.turn_id: h.episode_id for h in vector_hits + text_hits if h.turn_id is not None}
     fused = weighted_rrf(
         {
@@ -230,7 +240,9 @@ def _archive_candidates(
         occurred_to=query.occurred_to,
         include_dormant=query.include_dormant,
     )
-    vector_hits, text_hits = archive.search(str(tenant.id), vector=vector, text=query.text, filters=filters, k=k)
+    vector_hits, text_hits = archive.search(
+        str(tenant.id), vector=vector, text=query.text, filters=filters, k=k
+    )
     fused = weighted_rrf(
         {"vector": [e for e, _ in vector_hits], "text": [e for e, _ in text_hits]},
         {"vector": weights.vector, "text": weights.text},
@@ -239,8 +251,12 @@ def _archive_candidates(
     return {
         int(item.key): (  # type: ignore[call-overload]
             item.score,
-            {"source": "postgres", "vector_rank": item.ranks.get("vector"), "text_rank": item.ranks.get("text"),
-             "rrf": item.score},
+            {
+                "source": "postgres",
+                "vector_rank": item.ranks.get("vector"),
+                "text_rank": item.ranks.get("text"),
+                "rrf": item.score,
+            },
         )
         for item in fused
     }
@@ -277,14 +293,21 @@ def _rerank(
         # Relevance first; the priority moves a hit by at most `weights.priority` of itself.
         hit.score = relevance[episode_id] * (1.0 + weights.priority * priority)
         if with_explain:
-            hit.explain = {**explain.get(episode_id, {}), **parts, "relevance": rel, "priority": priority,
-                           "score": hit.score}
+            hit.explain = {
+                **explain.get(episode_id, {}),
+                **parts,
+                "relevance": rel,
+                "priority": priority,
+                "score": hit.score,
+            }
         hits.append(hit)
     hits.sort(key=lambda h: -h.score)
     return hits
 
 
-def record_access(*, tenant: Tenant, episode_ids: list[int], now: datetime, traversed: list[int] | None = None) -> None:
+def record_access(
+    *, tenant: Tenant, episode_ids: list[int], now: datetime, traversed: list[int] | None = None
+) -> None:
     """Count a use without read-modify-write: F() updates, and a version bump so a migration in
     flight sees the touch and abandons (seed 001)."""
     if episode_ids:
@@ -324,8 +347,11 @@ def hit_shape(hit: Hit, turns_by_episode: dict[int, list[Turn]], deep: bool) -> 
     elif episode.layer == Layer.WARM:
         body.update(summary=episode.summary, key_points=episode.key_points, partial=not deep)
     else:
-        body.update(headline=episode.headline, tags=list(dict.fromkeys(episode.tags + episode.keywords)),
-                    index_only=not deep)
+        body.update(
+            headline=episode.headline,
+            tags=list(dict.fromkeys(episode.tags + episode.keywords)),
+            index_only=not deep,
+        )
     if hit.explain:
         body["explain"] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in hit.explain.items()}
     return body
@@ -362,8 +388,15 @@ def search_shaped(*, tenant: Tenant, query: SearchQuery, now: datetime) -> dict[
 
 
 # --- activation (seed 000) ------------------------------------------------------------------------
-def activate(*, tenant: Tenant, kind: str, query_text: str, limit: int, now: datetime,
-             scope: dict[str, str | None] | None = None) -> dict[str, Any]:
+def activate(
+    *,
+    tenant: Tenant,
+    kind: str,
+    query_text: str,
+    limit: int,
+    now: datetime,
+    scope: dict[str, str | None] | None = None,
+) -> dict[str, Any]:
     """Top memories of one event type, by score: by relevance when a query is given, else by
     priority (recency, frequency, anchor)."""
     scope = scope or {}
@@ -392,8 +425,10 @@ def unpack(*, tenant: Tenant, episode_id: int, now: datetime, record: bool = Tru
     indexed again. The packed shape is kept (marked restored) so the move can be undone."""
     with transaction.atomic():
         episode = (
-            Episode.objects.select_for_update().filter(tenant=tenant, pk=episode_id).exclude(
-                state=State.FORGOTTEN).first()
+            Episode.objects.select_for_update()
+            .filter(tenant=tenant, pk=episode_id)
+            .exclude(state=State.FORGOTTEN)
+            .first()
         )
         if episode is None:
             raise EpisodeNotFound(episode_id)
@@ -406,8 +441,7 @@ def unpack(*, tenant: Tenant, episode_id: int, now: datetime, record: bool = Tru
                 for turn, vector in zip(turns, vectors, strict=True):
                     turn.embedding = vector
                 Turn.objects.bulk_update(turns, ["embedding"])
-                stacked = np.stack(vectors)
-                centroid = stacked.sum(axis=0)
+                centroid = np.asarray(vectors, dtype=np.float32).sum(axis=0)
                 episode.embedding = centroid / (np.linalg.norm(centroid) or 1.0)
             episode.layer = Layer.HOT
             episode.restored_at = now
@@ -433,8 +467,14 @@ def _journal_unpack(tenant: Tenant, episode: Episode, previous_layer: str, now: 
         from lifecycle.journal import journal_record
     except ImportError:
         return
-    journal_record(tenant=tenant, episode=episode, action="unpack", before={"layer": previous_layer},
-                   after={"layer": Layer.HOT}, now=now)
+    journal_record(
+        tenant=tenant,
+        episode=episode,
+        action="unpack",
+        before={"layer": previous_layer},
+        after={"layer": Layer.HOT},
+        now=now,
+    )
 
 
 def _index_quietly(episode_id: int) -> None:
@@ -451,8 +491,15 @@ def estimate_tokens(text: str) -> int:
 
 
 def context(
-    *, tenant: Tenant, session_id: str | None, query_text: str, max_tokens: int, now: datetime,
-    user_id: str | None = None, agent_id: str | None = None, limit: int = 10,
+    *,
+    tenant: Tenant,
+    session_id: str | None,
+    query_text: str,
+    max_tokens: int,
+    now: datetime,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    limit: int = 10,
 ) -> dict[str, Any]:
     """Anchors, then the session's hot episodes (newest first), then the memories relevant to
     ``query_text``, each added whole while it fits in ``max_tokens``."""
@@ -475,12 +522,18 @@ def context(
     scope_q = Q()
     if user_id is not None:
         scope_q &= Q(user_id=user_id)
-    anchors = list(Episode.objects.for_tenant(tenant).filter(scope_q, anchor=True, state=State.ACTIVE)
-                   .order_by("-last_accessed_at")[:50])
+    anchors = list(
+        Episode.objects.for_tenant(tenant)
+        .filter(scope_q, anchor=True, state=State.ACTIVE)
+        .order_by("-last_accessed_at")[:50]
+    )
     session_eps: list[Episode] = []
     if session_id:
-        session_eps = list(Episode.objects.for_tenant(tenant).filter(
-            session_id=session_id, layer=Layer.HOT, state=State.ACTIVE).order_by("-last_occurred_at")[:20])
+        session_eps = list(
+            Episode.objects.for_tenant(tenant)
+            .filter(session_id=session_id, layer=Layer.HOT, state=State.ACTIVE)
+            .order_by("-last_occurred_at")[:20]
+        )
     relevant: list[Hit] = []
     if query_text.strip():
         relevant = search(
@@ -495,8 +548,12 @@ def context(
     for episode in session_eps:
         add("session", episode, _render(episode, turns.get(episode.pk, [])), {})
     for hit in relevant:
-        add("relevant", hit.episode, _render(hit.episode, turns.get(hit.episode.pk, []), hit.matched),
-            {"score": round(hit.score, 6)})
+        add(
+            "relevant",
+            hit.episode,
+            _render(hit.episode, turns.get(hit.episode.pk, []), hit.matched),
+            {"score": round(hit.score, 6)},
+        )
     used_ids = sorted(seen)
     record_access(tenant=tenant, episode_ids=used_ids, now=now)
     text = _render_text(sections)
@@ -530,26 +587,26 @@ def _render_text(sections: dict[str, list[dict[str, Any]]]) -> str:
 def feedback(*, tenant: Tenant, used: list[int], unused: list[int], now: datetime) -> dict[str, int]:
     """Which returned memories the agent used. Used ones count as an access; unused ones are a
     `Hard` review for FSRS (applied by the lifecycle)."""
-    known = set(Episode.objects.for_tenant(tenant).visible().filter(pk__in=used + unused)
-                .values_list("pk", flat=True))
+    known = set(
+        Episode.objects.for_tenant(tenant).visible().filter(pk__in=used + unused).values_list("pk", flat=True)
+    )
     missing = sorted(set(used + unused) - known)
     if missing:
         raise EpisodeNotFound(missing[0])
     record_access(tenant=tenant, episode_ids=used, now=now)
-    try:
-        from lifecycle.services import feedback_review
-    except ImportError:
-        feedback_review = None
-    if feedback_review is not None:
-        feedback_review(tenant=tenant, used=used, unused=unused, now=now)
+    from lifecycle.services import feedback_review
+
+    feedback_review(tenant=tenant, used=used, unused=unused, now=now)
     return {"used": len(used), "unused": len(unused)}
 
 
 def follow_links(*, tenant: Tenant, episode_ids: list[int], now: datetime) -> list[int]:
     """Episodes reached through a link from ``episode_ids``; each counts as a traversal."""
     targets = list(
-        Link.objects.filter(tenant=tenant, src_id__in=episode_ids).exclude(dst_id__in=episode_ids)
-        .values_list("dst_id", flat=True).distinct()
+        Link.objects.filter(tenant=tenant, src_id__in=episode_ids)
+        .exclude(dst_id__in=episode_ids)
+        .values_list("dst_id", flat=True)
+        .distinct()
     )
     record_access(tenant=tenant, episode_ids=[], traversed=targets, now=now)
     return targets

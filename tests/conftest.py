@@ -33,9 +33,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(autouse=True)
 def _clean_redis():
-    from memory_platform.redis_client import get_redis
-
     from episodes.stores.hot import hot_store
+    from memory_platform.redis_client import get_redis
 
     get_redis().flushdb()
     hot_store().forget_index_state()

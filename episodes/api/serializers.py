@@ -9,8 +9,6 @@ from memory_platform.conf import memory_settings
 
 from ..models import LinkKind, Role
 
-KIND_FIELD = dict(max_length=50, min_length=1)
-
 
 def text_field(**kwargs: Any) -> serializers.CharField:
     return serializers.CharField(
@@ -53,14 +51,16 @@ class TurnsInSerializer(StrictSerializer, ScopeMixin):
             missing = [i for i, t in enumerate(attrs["turns"]) if t.get("vector") is None]
             if missing:
                 raise serializers.ValidationError(
-                    {"turns": f"this tenant uses caller-provided vectors; turns {missing[:10]} have no 'vector'"}
+                    {
+                        "turns": f"this tenant uses caller-provided vectors; turns {missing[:10]} have no 'vector'"
+                    }
                 )
         return attrs
 
 
 class MemoryInSerializer(StrictSerializer, ScopeMixin):
     text = text_field()
-    kind = serializers.SlugField(required=False, default="fact", **KIND_FIELD)
+    kind = serializers.SlugField(required=False, default="fact", max_length=50, min_length=1)
     title = serializers.CharField(required=False, allow_blank=True, max_length=200)
     tags = serializers.ListField(
         child=serializers.CharField(max_length=100, min_length=1), required=False, default=list, max_length=50
@@ -94,7 +94,9 @@ class MemoryListQuerySerializer(StrictSerializer):
     session_id = serializers.CharField(required=False)
     kind = serializers.CharField(required=False)
     layer = serializers.ChoiceField(choices=["hot", "warm", "cold"], required=False)
-    state = serializers.ChoiceField(choices=["active", "dormant", "delete_candidate", "forgotten"], required=False)
+    state = serializers.ChoiceField(
+        choices=["active", "dormant", "delete_candidate", "forgotten"], required=False
+    )
     anchor = serializers.BooleanField(required=False, allow_null=True, default=None)
     tag = serializers.CharField(required=False)
     cursor = serializers.CharField(required=False)

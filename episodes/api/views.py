@@ -95,14 +95,19 @@ class MemoriesView(TenantAPIView):
         return Response(selectors.episode_shape(episode), status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        parameters=[s.MemoryListQuerySerializer], responses={200: dict}, summary="List memories (cursor pages)"
+        parameters=[s.MemoryListQuerySerializer],
+        responses={200: dict},
+        summary="List memories (cursor pages)",
     )
     def get(self, request: Request) -> Response:
         query = s.MemoryListQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         q = query.validated_data
         filters = selectors.EpisodeFilters(
-            **{k: q.get(k) for k in ("user_id", "agent_id", "session_id", "kind", "layer", "state", "anchor", "tag")}
+            **{
+                k: q.get(k)
+                for k in ("user_id", "agent_id", "session_id", "kind", "layer", "state", "anchor", "tag")
+            }
         )
         try:
             page, next_cursor = selectors.episode_list(
@@ -197,7 +202,11 @@ class MemoryLinksView(TenantAPIView):
             raise ValidationError({"target_id": ["a memory cannot link to itself"]})
         try:
             link, created = services.link_create(
-                tenant=self.tenant, src_id=episode_id, dst_id=d["target_id"], kind=d["kind"], now=timezone.now()
+                tenant=self.tenant,
+                src_id=episode_id,
+                dst_id=d["target_id"],
+                kind=d["kind"],
+                now=timezone.now(),
             )
         except services.EpisodeNotFound as exc:
             raise _not_found(exc.args[0]) from None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import connection
 
 
 @dataclass(frozen=True)
@@ -53,34 +53,38 @@ def _where(tenant_id: str, f: ArchiveFilters) -> tuple[str, list]:
 def search(
     tenant_id: str, *, vector: np.ndarray | None, text: str | None, filters: ArchiveFilters, k: int
 ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-    """(vector hits, text hits) as (episode id, similarity or rank) lists, best first."""
-    if not filters.layers:
+    """(vector hits, text hits) as (episode id, similarity or rank) lists, best first.
+
+    Both run in one statement (one round trip). The HNSW scan relies on `hnsw.iterative_scan`
+    (set for every connection in settings) to keep filling the top k when the tenant and layer
+    filters discard candidates (pgvector >= 0.8).
+    """
+    if not filters.layers or (vector is None and not (text and text.strip())):
         return [], []
     where, params = _where(tenant_id, filters)
-    vector_hits: list[tuple[int, float]] = []
-    text_hits: list[tuple[int, float]] = []
-    with transaction.atomic(), connection.cursor() as cursor:
-        if vector is not None:
-            # Iterative scan keeps filling the top-k when the tenant filter discards HNSW
-            # candidates (pgvector >= 0.8); without it a filtered query can return too few rows.
-            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            cursor.execute("SET LOCAL hnsw.ef_search = 100")
-            cursor.execute(
-                f"SELECT e.id, 1 - (e.embedding <=> %s::vector) AS sim FROM episodes_episode e "  # noqa: S608
-                f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY e.embedding <=> %s::vector LIMIT %s",
-                [_vec(vector), *params, _vec(vector), k],
-            )
-            vector_hits = sorted(((int(r[0]), float(r[1])) for r in cursor.fetchall()), key=lambda x: -x[1])
-        if text and text.strip():
-            # OR of the query's lexemes, ranked by cover density: a question rarely shares every
-            # word with the memory that answers it.
-            cursor.execute(
-                f"WITH q AS (SELECT NULLIF(replace(plainto_tsquery('english', %s)::text, '&', '|'), '')::tsquery "
-                f"AS query) SELECT e.id, ts_rank_cd(e.search_vector, q.query) AS rank FROM episodes_episode e, q "
-                f"WHERE q.query IS NOT NULL AND e.search_vector @@ q.query AND {where} ORDER BY rank DESC LIMIT %s",
-                [text, *params, k],
-            )
-            text_hits = [(int(r[0]), float(r[1])) for r in cursor.fetchall()]
+    parts: list[str] = []
+    args: list = []
+    if vector is not None:
+        literal = _vec(vector)
+        parts.append(
+            f"(SELECT 'v' AS src, e.id, 1 - (e.embedding <=> %s::vector) AS score FROM episodes_episode e "
+            f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY e.embedding <=> %s::vector LIMIT %s)"
+        )
+        args.extend([literal, *params, literal, k])
+    if text and text.strip():
+        # OR of the query's lexemes, ranked by cover density: a question rarely shares every
+        # word with the memory that answers it.
+        parts.append(
+            f"(SELECT 't' AS src, e.id, ts_rank_cd(e.search_vector, q.query) AS score FROM episodes_episode e, "
+            f"(SELECT NULLIF(replace(plainto_tsquery('english', %s)::text, '&', '|'), '')::tsquery AS query) q "
+            f"WHERE q.query IS NOT NULL AND e.search_vector @@ q.query AND {where} ORDER BY score DESC LIMIT %s)"
+        )
+        args.extend([text, *params, k])
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(parts), args)
+        rows = cursor.fetchall()
+    vector_hits = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "v"), key=lambda x: -x[1])
+    text_hits = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "t"), key=lambda x: -x[1])
     return vector_hits, text_hits
 
 

@@ -83,7 +83,9 @@ class HotStore:
     @property
     def index(self) -> SearchIndex:
         if self._index is None:
-            schema = keys.hot_schema(int(memory_settings.EMBEDDING_DIM), str(memory_settings.HOT_INDEX_ALGORITHM))
+            schema = keys.hot_schema(
+                int(memory_settings.EMBEDDING_DIM), str(memory_settings.HOT_INDEX_ALGORITHM)
+            )
             self._index = SearchIndex.from_dict(schema, redis_client=self.client, validate_on_load=False)
         return self._index
 
@@ -110,7 +112,7 @@ class HotStore:
         """Write (or overwrite) the episode document and its turn documents. Returns docs written."""
         self.ensure_index()
         tenant_hex = episode.tenant_id.hex
-        base = {
+        base: dict[str, Any] = {
             "tenant": tenant_hex,
             "user_id": episode.user_id,
             "agent_id": episode.agent_id,
@@ -137,7 +139,7 @@ class HotStore:
                 seq=str(doc.turn.seq),
                 embedding=_vector_bytes(doc.vector),
             )
-            pipe.hset(keys.turn_key(tenant_hex, doc.turn.pk), mapping=mapping)
+            pipe.hset(keys.turn_key(tenant_hex, doc.turn.pk), mapping=mapping)  # type: ignore[arg-type]
             written += 1
         if episode.embedding is not None:
             mapping = dict(base)
@@ -148,7 +150,7 @@ class HotStore:
                 occurred_at=_epoch(episode.last_occurred_at),
                 embedding=_vector_bytes(episode.embedding),
             )
-            pipe.hset(keys.episode_key(tenant_hex, episode.pk), mapping=mapping)
+            pipe.hset(keys.episode_key(tenant_hex, episode.pk), mapping=mapping)  # type: ignore[arg-type]
             written += 1
         pipe.execute()
         return written
@@ -165,7 +167,7 @@ class HotStore:
         pipe = self.client.pipeline(transaction=False)
         for key, exists in zip(docs, present, strict=True):
             if exists:
-                pipe.hset(key, mapping=fields)
+                pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
         pipe.execute()
 
     def remove_episode(self, tenant_hex: str, episode_id: int, turn_ids: Iterable[int]) -> int:
@@ -238,7 +240,11 @@ class HotStore:
         if words:
             try:
                 text_query = TextQuery(
-                    text=words, text_field_name="text", filter_expression=expr, num_results=k, return_fields=fields
+                    text=words,
+                    text_field_name="text",
+                    filter_expression=expr,
+                    num_results=k,
+                    return_fields=fields,
                 )
                 queries.append(text_query)
             except ValueError:
@@ -269,11 +275,15 @@ class HotStore:
             fields=row,
         )
 
-    def episode_ids(self, tenant_hex: str, filters: HotFilters | None = None, limit: int = 10_000) -> set[int]:
+    def episode_ids(
+        self, tenant_hex: str, filters: HotFilters | None = None, limit: int = 10_000
+    ) -> set[int]:
         """Ids of the tenant's hot episodes that have an episode document."""
         self.ensure_index()
         query = FilterQuery(
-            filter_expression=self._filter(tenant_hex, keys.DOC_EPISODE, filters or HotFilters(exclude_dormant=False)),
+            filter_expression=self._filter(
+                tenant_hex, keys.DOC_EPISODE, filters or HotFilters(exclude_dormant=False)
+            ),
             return_fields=["episode"],
             num_results=limit,
         )

@@ -35,7 +35,12 @@ def hot_schema(dim: int, algorithm: str = "FLAT") -> dict:
     FLAT by default: exact KNN, and a restart reloads in seconds where HNSW rebuilds for minutes
     while Redis refuses queries (DESIGN §9).
     """
-    vector_attrs: dict = {"dims": dim, "distance_metric": "cosine", "algorithm": algorithm.lower(), "datatype": "float32"}
+    vector_attrs: dict = {
+        "dims": dim,
+        "distance_metric": "cosine",
+        "algorithm": algorithm.lower(),
+        "datatype": "float32",
+    }
     if algorithm.upper() == "HNSW":
         vector_attrs.update({"m": 16, "ef_construction": 200})
     return {

@@ -62,9 +62,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     assert isinstance(exc, exceptions.APIException)
     if isinstance(exc, exceptions.ValidationError):
         message = "request validation failed"
-        details = exc.detail
+        details: Any = exc.detail
     else:
-        message = str(exc.detail) if not isinstance(exc.detail, dict | list) else exc.default_detail
+        message = str(exc.detail) if not isinstance(exc.detail, dict | list) else str(exc.default_detail)
         details = {}
     response.data = envelope(_code_for(exc), str(message), details)
     return response

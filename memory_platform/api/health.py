@@ -45,10 +45,18 @@ def check_redis() -> dict[str, Any]:
     except (redis.RedisError, OSError) as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if persistence.get("loading"):
-        return {"ok": False, "version": _text(info.get("redis_version", "")), "error": "redis is loading its data"}
+        return {
+            "ok": False,
+            "version": _text(info.get("redis_version", "")),
+            "error": "redis is loading its data",
+        }
     search = modules.get("search")
     if search is None:
-        return {"ok": False, "version": _text(info.get("redis_version", "")), "error": "the search module is not loaded"}
+        return {
+            "ok": False,
+            "version": _text(info.get("redis_version", "")),
+            "error": "the search module is not loaded",
+        }
     major, rest = divmod(int(search), 10000)
     minor, patch = divmod(rest, 100)
     return {"ok": True, "version": _text(info.get("redis_version", "")), "search": f"{major}.{minor}.{patch}"}

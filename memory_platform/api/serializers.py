@@ -58,5 +58,8 @@ class VectorField(serializers.ListField):
 
 def scope_field() -> serializers.CharField:
     return serializers.CharField(
-        required=False, allow_blank=True, max_length=int(memory_settings.MAX_SCOPE_CHARS), trim_whitespace=True
+        required=False,
+        allow_blank=True,
+        max_length=int(memory_settings.MAX_SCOPE_CHARS),
+        trim_whitespace=True,
     )

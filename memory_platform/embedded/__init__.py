@@ -9,7 +9,7 @@ import warnings
 # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI); pgserver then uses /tmp.
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-from .postgres import EmbeddedPostgres
-from .redis import EmbeddedRedis, PortTakenError
+from .postgres import EmbeddedPostgres  # noqa: E402
+from .redis import EmbeddedRedis, PortTakenError  # noqa: E402
 
 __all__ = ["EmbeddedPostgres", "EmbeddedRedis", "PortTakenError"]

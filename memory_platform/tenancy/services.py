@@ -19,11 +19,13 @@ def tenant_create(*, name: str, embedder: str | None = None) -> Tenant:
     return tenant
 
 
-def api_key_create(*, tenant: Tenant, name: str, scopes: Sequence[str] = ("read", "write")) -> tuple[ApiKey, str]:
+def api_key_create(
+    *, tenant: Tenant, name: str, scopes: Sequence[str] = ("read", "write")
+) -> tuple[ApiKey, str]:
     """Create a key; the returned secret exists only here (the database keeps a SHA-512 hash)."""
     scopes = list(dict.fromkeys(scopes))
     validate_scopes(scopes)
-    return ApiKey.objects.create_key(tenant=tenant, name=name[:50], scopes=scopes)
+    return ApiKey.objects.create_key(tenant=tenant, name=name[:50], scopes=scopes)  # type: ignore[return-value]
 
 
 def api_key_revoke(*, key: ApiKey) -> None:

@@ -18,14 +18,20 @@ class ScopeFilters(serializers.Serializer):
 class SearchInSerializer(StrictSerializer, ScopeFilters):
     query = serializers.CharField(required=False, allow_blank=True, max_length=4000, default="")
     vector = VectorField()
-    kinds = serializers.ListField(child=serializers.CharField(max_length=50), required=False, default=list,
-                                  max_length=20)
-    tags = serializers.ListField(child=serializers.CharField(max_length=100), required=False, default=list,
-                                 max_length=20)
+    kinds = serializers.ListField(
+        child=serializers.CharField(max_length=50), required=False, default=list, max_length=20
+    )
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, default=list, max_length=20
+    )
     occurred_from = serializers.DateTimeField(required=False)
     occurred_to = serializers.DateTimeField(required=False)
-    layers = serializers.ListField(child=serializers.ChoiceField(choices=LAYERS), required=False,
-                                   default=lambda: list(LAYERS), allow_empty=False)
+    layers = serializers.ListField(
+        child=serializers.ChoiceField(choices=LAYERS),
+        required=False,
+        default=lambda: list(LAYERS),
+        allow_empty=False,
+    )
     limit = serializers.IntegerField(required=False, min_value=1, max_value=100, default=10)
     depth = serializers.ChoiceField(choices=["shallow", "deep"], required=False, default="shallow")
     include_dormant = serializers.BooleanField(required=False, default=False)
@@ -53,10 +59,12 @@ class ContextInSerializer(StrictSerializer, ScopeFilters):
 
 
 class FeedbackInSerializer(StrictSerializer):
-    used = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, default=list,
-                                 max_length=200)
-    unused = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, default=list,
-                                   max_length=200)
+    used = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), required=False, default=list, max_length=200
+    )
+    unused = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), required=False, default=list, max_length=200
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs["used"] and not attrs["unused"]:

@@ -23,7 +23,9 @@ def _scope(d: dict) -> dict:
 class SearchView(TenantAPIView):
     required_scope = "read"
 
-    @extend_schema(request=s.SearchInSerializer, responses={200: dict}, summary="Hybrid search over all tiers")
+    @extend_schema(
+        request=s.SearchInSerializer, responses={200: dict}, summary="Hybrid search over all tiers"
+    )
     def post(self, request: Request) -> Response:
         serializer = s.SearchInSerializer(data=request.data, context={"tenant": self.tenant})
         serializer.is_valid(raise_exception=True)
@@ -48,31 +50,53 @@ class SearchView(TenantAPIView):
 class ActivateView(TenantAPIView):
     required_scope = "read"
 
-    @extend_schema(request=s.ActivateInSerializer, responses={200: dict},
-                   summary="Top memories of one kind by score (seed 000 activation)")
+    @extend_schema(
+        request=s.ActivateInSerializer,
+        responses={200: dict},
+        summary="Top memories of one kind by score (seed 000 activation)",
+    )
     def post(self, request: Request) -> Response:
         serializer = s.ActivateInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
         limit = d.get("limit") or services.activation_limit(self.tenant)
-        return Response(services.activate(tenant=self.tenant, kind=d["kind"], query_text=d["query"], limit=limit,
-                                          now=timezone.now(), scope=_scope(d)))
+        return Response(
+            services.activate(
+                tenant=self.tenant,
+                kind=d["kind"],
+                query_text=d["query"],
+                limit=limit,
+                now=timezone.now(),
+                scope=_scope(d),
+            )
+        )
 
 
 class ContextView(TenantAPIView):
     required_scope = "read"
 
-    @extend_schema(request=s.ContextInSerializer, responses={200: dict},
-                   summary="Prompt-ready context for a session within a token budget")
+    @extend_schema(
+        request=s.ContextInSerializer,
+        responses={200: dict},
+        summary="Prompt-ready context for a session within a token budget",
+    )
     def post(self, request: Request) -> Response:
         serializer = s.ContextInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
         scope = _scope(d)
-        return Response(services.context(
-            tenant=self.tenant, session_id=scope["session_id"], query_text=d["query"], max_tokens=d["max_tokens"],
-            now=timezone.now(), user_id=scope["user_id"], agent_id=scope["agent_id"], limit=d["limit"],
-        ))
+        return Response(
+            services.context(
+                tenant=self.tenant,
+                session_id=scope["session_id"],
+                query_text=d["query"],
+                max_tokens=d["max_tokens"],
+                now=timezone.now(),
+                user_id=scope["user_id"],
+                agent_id=scope["agent_id"],
+                limit=d["limit"],
+            )
+        )
 
 
 class UnpackView(TenantAPIView):
@@ -89,14 +113,17 @@ class UnpackView(TenantAPIView):
 class FeedbackView(TenantAPIView):
     required_scope = "write"
 
-    @extend_schema(request=s.FeedbackInSerializer, responses={200: dict},
-                   summary="Which returned memories were used")
+    @extend_schema(
+        request=s.FeedbackInSerializer, responses={200: dict}, summary="Which returned memories were used"
+    )
     def post(self, request: Request) -> Response:
         serializer = s.FeedbackInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
         try:
-            body = services.feedback(tenant=self.tenant, used=d["used"], unused=d["unused"], now=timezone.now())
+            body = services.feedback(
+                tenant=self.tenant, used=d["used"], unused=d["unused"], now=timezone.now()
+            )
         except EpisodeNotFound as exc:
             raise NotFound(f"memory {exc.args[0]} not found") from None
         return Response(body)

@@ -16,10 +16,33 @@ from episodes.stores.hot import hot_store
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 
-WORDS = (
-    "deploy budget meeting travel recipe garden python invoice hiking concert guitar painting dentist "
-    "vacation marathon project deadline review family birthday museum coffee weather football novel"
-).split()
+WORDS = [
+    "deploy",
+    "budget",
+    "meeting",
+    "travel",
+    "recipe",
+    "garden",
+    "python",
+    "invoice",
+    "hiking",
+    "concert",
+    "guitar",
+    "painting",
+    "dentist",
+    "vacation",
+    "marathon",
+    "project",
+    "deadline",
+    "review",
+    "family",
+    "birthday",
+    "museum",
+    "coffee",
+    "weather",
+    "football",
+    "novel",
+]
 
 
 def synthetic_turns(count: int, rng: np.random.Generator, with_vectors: bool) -> list[TurnInput]:
@@ -46,9 +69,7 @@ def synthetic_turns(count: int, rng: np.random.Generator, with_vectors: bool) ->
     return turns
 
 
-def run_mode(
-    mode: str, turns: int, batch: int, seed: int, log: Callable[[str], None]
-) -> dict[str, Any]:
+def run_mode(mode: str, turns: int, batch: int, seed: int, log: Callable[[str], None]) -> dict[str, Any]:
     embedder = {"durable": "local", "provided": "provided", "local": "local"}[mode]
     tenant = tenant_create(name=f"bench-ingest-{mode}-{uuid.uuid4().hex[:8]}", embedder=embedder)
     rng = np.random.default_rng(seed)
@@ -72,8 +93,13 @@ def run_mode(
         elapsed = time.perf_counter() - started
     finally:
         _drop(tenant)
-    return {"mode": mode, "turns": turns, "batch": batch, "seconds": round(elapsed, 3),
-            "turns_per_s": round(turns / elapsed, 1)}
+    return {
+        "mode": mode,
+        "turns": turns,
+        "batch": batch,
+        "seconds": round(elapsed, 3),
+        "turns_per_s": round(turns / elapsed, 1),
+    }
 
 
 def _drop(tenant: Tenant) -> None:

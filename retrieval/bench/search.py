@@ -57,16 +57,35 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
         when = [start + timedelta(seconds=5 * (offset + i)) for i in range(n)]
         episodes = Episode.objects.bulk_create(
             [
-                Episode(tenant=tenant, kind="note", title=texts[i][:60], session_id=f"s{(offset + i) // 100}",
-                        first_occurred_at=when[i], last_occurred_at=when[i], last_accessed_at=now, turn_count=1,
-                        embedding=vectors[i], search_text=texts[i], raw_chars=len(texts[i]))
+                Episode(
+                    tenant=tenant,
+                    kind="note",
+                    title=texts[i][:60],
+                    session_id=f"s{(offset + i) // 100}",
+                    first_occurred_at=when[i],
+                    last_occurred_at=when[i],
+                    last_accessed_at=now,
+                    turn_count=1,
+                    embedding=vectors[i],
+                    search_text=texts[i],
+                    raw_chars=len(texts[i]),
+                )
                 for i in range(n)
             ]
         )
         turns = Turn.objects.bulk_create(
             [
-                Turn(tenant=tenant, episode=e, session_id=e.session_id, seq=0, role="memory", text=texts[i],
-                     occurred_at=when[i], ingested_at=now, embedding=vectors[i])
+                Turn(
+                    tenant=tenant,
+                    episode=e,
+                    session_id=e.session_id,
+                    seq=0,
+                    role="memory",
+                    text=texts[i],
+                    occurred_at=when[i],
+                    ingested_at=now,
+                    embedding=vectors[i],
+                )
                 for i, e in enumerate(episodes)
             ]
         )
@@ -94,7 +113,9 @@ def _queries(rng: np.random.Generator, vectors: np.ndarray, count: int) -> list[
 def measure_service(tenant: Tenant, queries: list[tuple[str, list[float]]], with_vector: bool) -> list[float]:
     times = []
     for text, vector in queries:
-        q = SearchQuery(text=text, vector=np.asarray(vector, dtype=np.float32) if with_vector else None, limit=10)
+        q = SearchQuery(
+            text=text, vector=np.asarray(vector, dtype=np.float32) if with_vector else None, limit=10
+        )
         if not with_vector:
             # the service embeds the text itself: time it as part of the search
             started = time.perf_counter()
@@ -118,10 +139,24 @@ class Server:
         env["MEMORY_VAR_DIR"] = str(settings.VAR_DIR)
         root = Path(settings.BASE_DIR)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "memory_platform.wsgi:application", "--bind",
-             f"127.0.0.1:{self.port}", "--workers", "1", "--threads", "1", "--worker-class", "sync",
-             "--log-level", "warning"],
-            cwd=root, env=env,
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "memory_platform.wsgi:application",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--workers",
+                "1",
+                "--threads",
+                "1",
+                "--worker-class",
+                "sync",
+                "--log-level",
+                "warning",
+            ],
+            cwd=root,
+            env=env,
         )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -143,7 +178,9 @@ class Server:
             self.proc.kill()
 
 
-def measure_http(port: int, secret: str, queries: list[tuple[str, list[float]]], with_vector: bool) -> list[float]:
+def measure_http(
+    port: int, secret: str, queries: list[tuple[str, list[float]]], with_vector: bool
+) -> list[float]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
     times = []
@@ -180,14 +217,19 @@ def run_search_bench(
             measure_service(tenant, warm, True)
             measure_http(server.port, secret, warm, True)
             measure_http(server.port, secret, warm, False)
-            for label, fn in (
-                ("service, caller vector", lambda: measure_service(tenant, qs, True)),
-                ("service, local embedding", lambda: measure_service(tenant, qs, False)),
-                ("HTTP, caller vector", lambda: measure_http(server.port, secret, qs, True)),
-                ("HTTP, local embedding", lambda: measure_http(server.port, secret, qs, False)),
+            for label, over_http, with_vector in (
+                ("service, caller vector", False, True),
+                ("service, local embedding", False, False),
+                ("HTTP, caller vector", True, True),
+                ("HTTP, local embedding", True, False),
             ):
                 log(f"  measuring {label}")
-                results.append({"episodes": size, "path": label, "queries": len(qs), **_percentiles(fn())})
+                times = (
+                    measure_http(server.port, secret, qs, with_vector)
+                    if over_http
+                    else measure_service(tenant, qs, with_vector)
+                )
+                results.append({"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)})
             if not keep:
                 hot_store().drop_tenant(tenant.id.hex)
                 tenant.delete()
@@ -199,5 +241,7 @@ def run_search_bench(
 def format_table(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'episodes':>9}  {'path':<26}{'queries':>8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"]
     for r in rows:
-        lines.append(f"{r['episodes']:>9}  {r['path']:<26}{r['queries']:>8}{r['p50']:>9}{r['p95']:>9}{r['p99']:>9}")
+        lines.append(
+            f"{r['episodes']:>9}  {r['path']:<26}{r['queries']:>8}{r['p50']:>9}{r['p95']:>9}{r['p99']:>9}"
+        )
     return "\n".join(lines)

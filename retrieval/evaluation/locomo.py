@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from episodes.models import Episode, Turn
-from episodes.services import TurnInput, Scope, turns_ingest
+from episodes.services import Scope, TurnInput, turns_ingest
 from episodes.stores.hot import hot_store
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
@@ -44,7 +44,7 @@ class Conversation:
 
 def load(path: Path) -> list[Conversation]:
     data = json.loads(Path(path).read_text())
-    out = []
+    out: list[Conversation] = []
     for item in data:
         conv = item["conversation"]
         sessions = []
@@ -125,8 +125,13 @@ class Scores:
     def mean(self) -> dict[str, float]:
         if not self.n:
             return {"n": 0}
-        return {"n": self.n, **{k: round(getattr(self, k) / self.n, 4) for k in
-                ("recall5", "recall10", "share5", "share10", "mrr", "ndcg10")}}
+        return {
+            "n": self.n,
+            **{
+                k: round(getattr(self, k) / self.n, 4)
+                for k in ("recall5", "recall10", "share5", "share10", "mrr", "ndcg10")
+            },
+        }
 
 
 def score_ranking(items: list[set[int]], evidence: set[int]) -> dict[str, float]:
@@ -176,25 +181,33 @@ class Report:
             "per_category": {name: self.per_category[name].mean() for name in sorted(self.per_category)},
             "per_layer": {name: self.per_layer[name].mean() for name in sorted(self.per_layer)},
             "overall": overall.mean(),
-            "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 2),
-                           "p95": round(float(np.percentile(lat, 95)), 2)},
+            "latency_ms": {
+                "p50": round(float(np.percentile(lat, 50)), 2),
+                "p95": round(float(np.percentile(lat, 95)), 2),
+            },
             "mean_tokens_at_10": round(float(np.mean(self.tokens_at_10 or [0])), 1),
         }
 
 
 def evaluate_conversation(
-    conversation: Conversation, tenant: Tenant, dia_to_turn: dict[str, int], report: Report, now: datetime,
-    limit: int = 10, weights: RetrievalWeights | None = None,
+    conversation: Conversation,
+    tenant: Tenant,
+    dia_to_turn: dict[str, int],
+    report: Report,
+    now: datetime,
+    limit: int = 10,
+    weights: RetrievalWeights | None = None,
 ) -> None:
     episode_turns: dict[int, set[int]] = defaultdict(set)
     for turn_id, episode_id in Turn.objects.filter(tenant=tenant).values_list("pk", "episode_id"):
         episode_turns[episode_id].add(turn_id)
     layer_of_turn = {
-        t: layer
-        for t, layer in Turn.objects.filter(tenant=tenant).values_list("pk", "episode__layer")
+        t: layer for t, layer in Turn.objects.filter(tenant=tenant).values_list("pk", "episode__layer")
     }
     for question in conversation.questions:
-        evidence = {dia_to_turn[d] for d in normalise_evidence(question.get("evidence", [])) if d in dia_to_turn}
+        evidence = {
+            dia_to_turn[d] for d in normalise_evidence(question.get("evidence", [])) if d in dia_to_turn
+        }
         if not evidence:
             report.skipped += 1
             continue
@@ -219,7 +232,7 @@ def _tokens(hits: list[Any]) -> int:
     for hit in hits:
         episode: Episode = hit.episode
         if episode.layer == "hot":
-            total += estimate_tokens(episode.search_text)
+            total += max(1, episode.raw_chars // 4)  # every turn is returned whole
         elif episode.layer == "warm":
             total += estimate_tokens(episode.summary + " ".join(episode.key_points))
         else:
@@ -245,8 +258,10 @@ def run(
             tenants.append(tenant)
             last_date = conversation.sessions[-1][1]
             now = last_date + timedelta(days=1)
-            log(f"{conversation.sample_id}: ingesting {sum(len(s[2]) for s in conversation.sessions)} turns "
-                f"in {len(conversation.sessions)} sessions")
+            log(
+                f"{conversation.sample_id}: ingesting {sum(len(s[2]) for s in conversation.sessions)} turns "
+                f"in {len(conversation.sessions)} sessions"
+            )
             dia_to_turn = ingest(conversation, tenant, now=conversation.sessions[0][1])
             report.turns += len(dia_to_turn)
             if age is not None:
@@ -264,15 +279,19 @@ def run(
 
 def format_report(result: dict[str, Any], title: str = "LoCoMo retrieval") -> str:
     header = f"{'':<22}{'n':>5}{'R@5':>8}{'R@10':>8}{'ES@5':>8}{'ES@10':>8}{'MRR':>8}{'nDCG@10':>9}"
-    lines = [f"{title}: {result['conversations']} conversations, {result['turns']} turns, "
-             f"{result['questions']} questions ({result['skipped_no_evidence']} without usable evidence)",
-             header]
+    lines = [
+        f"{title}: {result['conversations']} conversations, {result['turns']} turns, "
+        f"{result['questions']} questions ({result['skipped_no_evidence']} without usable evidence)",
+        header,
+    ]
 
     def row(name: str, s: dict[str, Any]) -> str:
         if not s.get("n"):
             return f"{name:<22}{0:>5}"
-        return (f"{name:<22}{s['n']:>5}{s['recall5']:>8.3f}{s['recall10']:>8.3f}{s['share5']:>8.3f}"
-                f"{s['share10']:>8.3f}{s['mrr']:>8.3f}{s['ndcg10']:>9.3f}")
+        return (
+            f"{name:<22}{s['n']:>5}{s['recall5']:>8.3f}{s['recall10']:>8.3f}{s['share5']:>8.3f}"
+            f"{s['share10']:>8.3f}{s['mrr']:>8.3f}{s['ndcg10']:>9.3f}"
+        )
 
     for name, s in result["per_category"].items():
         lines.append(row(name, s))
@@ -281,6 +300,8 @@ def format_report(result: dict[str, Any], title: str = "LoCoMo retrieval") -> st
         lines.append("by tier of the gold evidence:")
         for name, s in result["per_layer"].items():
             lines.append(row(f"  {name}", s))
-    lines.append(f"search latency p50 {result['latency_ms']['p50']} ms, p95 {result['latency_ms']['p95']} ms; "
-                 f"mean tokens returned at k=10: {result['mean_tokens_at_10']}")
+    lines.append(
+        f"search latency p50 {result['latency_ms']['p50']} ms, p95 {result['latency_ms']['p95']} ms; "
+        f"mean tokens returned at k=10: {result['mean_tokens_at_10']}"
+    )
     return "\n".join(lines)

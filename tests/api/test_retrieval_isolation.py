@@ -7,8 +7,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def ours(caller):
-    memory = caller.post("/api/v1/memories", {"text": "The vault code is 4471", "kind": "secret",
-                                              "anchor": True}).json()["id"]
+    memory = caller.post(
+        "/api/v1/memories", {"text": "The vault code is 4471", "kind": "secret", "anchor": True}
+    ).json()["id"]
     caller.post("/api/v1/turns", {"session_id": "s1", "turns": [{"role": "user", "text": "vault code talk"}]})
     return memory
 

@@ -53,7 +53,9 @@ def test_outsider_gets_404_on_our_ids(ours, outsider, caller, method, suffix, da
         assert not Link.objects.filter(dst_id=a).exists()
         return
     path = f"/api/v1/memories/{a}{suffix}"
-    response = getattr(outsider, method)(path) if payload is None else getattr(outsider, method)(path, payload)
+    response = (
+        getattr(outsider, method)(path) if payload is None else getattr(outsider, method)(path, payload)
+    )
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
     after = list(Episode.objects.order_by("pk").values_list("pk", "state", "anchor", "version"))
@@ -65,7 +67,11 @@ def test_outsider_finds_nothing_in_the_hot_store(ours, outsider):
     vector = Episode.objects.get(pk=a).embedding
     store = hot_store()
     vector_hits, text_hits = store.search(
-        outsider.tenant.id.hex, vector=vector, text="secret launch", filters=HotFilters(exclude_dormant=False), k=10
+        outsider.tenant.id.hex,
+        vector=vector,
+        text="secret launch",
+        filters=HotFilters(exclude_dormant=False),
+        k=10,
     )
     assert vector_hits == [] and text_hits == []
     assert store.episode_ids(outsider.tenant.id.hex) == set()

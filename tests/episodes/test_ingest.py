@@ -6,7 +6,7 @@ from django.conf import settings
 from episodes.models import Episode, Link, Turn
 from episodes.stores.hot import HotFilters, hot_store
 from memory_platform.redis_client import get_redis
-from tests.conftest import Caller, unit_vectors
+from tests.conftest import unit_vectors
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,7 +109,12 @@ def test_occurred_at_defaults_to_now_and_is_kept_apart_from_ingest_time(caller):
     past = "2020-01-02T03:04:05+00:00"
     body = caller.post(
         "/api/v1/turns",
-        {"turns": [{"role": "user", "text": "old news", "occurred_at": past}, {"role": "user", "text": "fresh"}]},
+        {
+            "turns": [
+                {"role": "user", "text": "old news", "occurred_at": past},
+                {"role": "user", "text": "fresh"},
+            ]
+        },
     ).json()
     old, fresh = (Turn.objects.get(pk=t["id"]) for t in body["turns"])
     assert old.occurred_at == datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -120,7 +125,9 @@ def test_occurred_at_defaults_to_now_and_is_kept_apart_from_ingest_time(caller):
 def test_async_ingest_is_durable_and_the_task_indexes(caller):
     from episodes.tasks import index_episodes
 
-    body = caller.post("/api/v1/turns", {"async": True, "turns": [{"role": "user", "text": "queued text"}]}).json()
+    body = caller.post(
+        "/api/v1/turns", {"async": True, "turns": [{"role": "user", "text": "queued text"}]}
+    ).json()
     episode_id = body["episode_ids"][0]
     assert Turn.objects.filter(pk=body["turns"][0]["id"]).exists()
     assert hot_store().episode_ids(caller.tenant.id.hex) == set()
@@ -143,7 +150,9 @@ def test_redis_down_during_ingest_still_201_and_rebuild_hot_restores(provided):
         server.start()
     get_redis().connection_pool.disconnect()
     assert Turn.objects.filter(tenant=provided.tenant).count() == 20
-    marked = set(Episode.objects.filter(tenant=provided.tenant, needs_reindex=True).values_list("pk", flat=True))
+    marked = set(
+        Episode.objects.filter(tenant=provided.tenant, needs_reindex=True).values_list("pk", flat=True)
+    )
     assert marked and hot_store().episode_ids(provided.tenant.id.hex) == set()
     call_command("rebuild_hot", tenant=provided.tenant.name)
     assert hot_store().episode_ids(provided.tenant.id.hex) == marked

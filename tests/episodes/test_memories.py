@@ -68,7 +68,9 @@ def test_links_and_anchor(caller):
     b = _memory(caller, text="Apollo budget approved")["id"]
     response = caller.post(f"/api/v1/memories/{a}/links", {"target_id": b, "kind": "references"})
     assert response.status_code == 201
-    assert caller.post(f"/api/v1/memories/{a}/links", {"target_id": b, "kind": "references"}).status_code == 200
+    assert (
+        caller.post(f"/api/v1/memories/{a}/links", {"target_id": b, "kind": "references"}).status_code == 200
+    )
     detail = caller.get(f"/api/v1/memories/{b}").json()
     assert detail["counters"]["in_degree"] == 1
     assert detail["links"]["in"] == [{"episode_id": a, "kind": "references"}]

@@ -39,6 +39,9 @@ TOPICS = [
 ]
 
 
+LONG = [" ".join(parts) for parts in zip(*TOPICS, strict=True)]
+
+
 def vectors_near(seed: int, count: int, spread: float = 0.25) -> np.ndarray:
     """Unit vectors close to one another (one topic), far from another seed's."""
     base = unit_vectors(1, seed=seed)[0]
@@ -47,11 +50,20 @@ def vectors_near(seed: int, count: int, spread: float = 0.25) -> np.ndarray:
     return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype("float32")
 
 
-def conversation(tenant, *, session: str, idle_days: float, now: datetime = NOW, topic: int = 0, seed: int = 0,
-                 user: str = "u1") -> int:
+def conversation(
+    tenant,
+    *,
+    session: str,
+    idle_days: float,
+    now: datetime = NOW,
+    topic: int = 0,
+    seed: int = 0,
+    user: str = "u1",
+    texts: list[str] | None = None,
+) -> int:
     """One episode of a conversation that happened (and was last used) ``idle_days`` before ``now``."""
     at = now - timedelta(days=idle_days)
-    texts = TOPICS[topic % len(TOPICS)]
+    texts = texts or TOPICS[topic % len(TOPICS)]
     vectors = vectors_near(seed, len(texts))
     result = turns_ingest(
         tenant=tenant,
@@ -72,8 +84,17 @@ def conversation(tenant, *, session: str, idle_days: float, now: datetime = NOW,
     return result.episode_ids[0]
 
 
-def memory(tenant, *, text: str, idle_days: float, now: datetime = NOW, anchor: bool = False, seed: int = 0,
-           kind: str = "fact", vector: np.ndarray | None = None) -> int:
+def memory(
+    tenant,
+    *,
+    text: str,
+    idle_days: float,
+    now: datetime = NOW,
+    anchor: bool = False,
+    seed: int = 0,
+    kind: str = "fact",
+    vector: np.ndarray | None = None,
+) -> int:
     at = now - timedelta(days=idle_days)
     if vector is None:
         vector = unit_vectors(1, seed=seed)[0]

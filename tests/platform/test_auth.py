@@ -63,7 +63,9 @@ def test_a_read_scoped_key_cannot_write(db):
 
 
 def test_a_second_key_of_the_outsider_sees_only_the_outsider(caller, outsider):
-    assert caller.get("/api/v1/whoami").json()["tenant_id"] != outsider.get("/api/v1/whoami").json()["tenant_id"]
+    assert (
+        caller.get("/api/v1/whoami").json()["tenant_id"] != outsider.get("/api/v1/whoami").json()["tenant_id"]
+    )
     assert outsider.get("/api/v1/whoami").json()["tenant"] == "outsider"
 
 

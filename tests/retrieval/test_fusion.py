@@ -5,7 +5,9 @@ from retrieval.fusion import weighted_rrf
 
 def test_weighted_rrf_on_a_hand_made_case():
     # vector: a b c ; text: c a d ; weights 0.7 / 0.3 ; k = 60
-    fused = weighted_rrf({"vector": ["a", "b", "c"], "text": ["c", "a", "d"]}, {"vector": 0.7, "text": 0.3}, k=60)
+    fused = weighted_rrf(
+        {"vector": ["a", "b", "c"], "text": ["c", "a", "d"]}, {"vector": 0.7, "text": 0.3}, k=60
+    )
     scores = {f.key: f.score for f in fused}
     assert scores["a"] == pytest.approx(0.7 / 61 + 0.3 / 62)
     assert scores["b"] == pytest.approx(0.7 / 62)

@@ -21,8 +21,12 @@ def turns(caller, session, texts, *, user="u1", agent="a1", at=T0, boundary=True
             "user_id": user,
             "agent_id": agent,
             "turns": [
-                {"role": "user" if i % 2 == 0 else "assistant", "text": t,
-                 "occurred_at": (at + timedelta(minutes=i)).isoformat(), "episode_boundary": boundary and i == 0}
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "text": t,
+                    "occurred_at": (at + timedelta(minutes=i)).isoformat(),
+                    "episode_boundary": boundary and i == 0,
+                }
                 for i, t in enumerate(texts)
             ],
         },
@@ -50,14 +54,32 @@ def pack(episode_id, layer):
 
 @pytest.fixture
 def corpus(caller):
-    a = turns(caller, "trip", ["I booked a flight to Lisbon for the conference", "Great, which hotel?",
-                               "The hotel is near the river in Alfama"])
-    b = turns(caller, "cooking", ["My sourdough starter died again", "Feed it twice a day with rye flour"],
-              user="u2", at=T0 + timedelta(days=10))
-    memory = caller.post("/api/v1/memories", {"text": "Allergic to peanuts", "kind": "profile",
-                                              "tags": ["health"], "user_id": "u1"}).json()
-    return {"trip": a["episode_ids"][0], "cooking": b["episode_ids"][0], "memory": memory["id"],
-            "trip_turns": [t["id"] for t in a["turns"]]}
+    a = turns(
+        caller,
+        "trip",
+        [
+            "I booked a flight to Lisbon for the conference",
+            "Great, which hotel?",
+            "The hotel is near the river in Alfama",
+        ],
+    )
+    b = turns(
+        caller,
+        "cooking",
+        ["My sourdough starter died again", "Feed it twice a day with rye flour"],
+        user="u2",
+        at=T0 + timedelta(days=10),
+    )
+    memory = caller.post(
+        "/api/v1/memories",
+        {"text": "Allergic to peanuts", "kind": "profile", "tags": ["health"], "user_id": "u1"},
+    ).json()
+    return {
+        "trip": a["episode_ids"][0],
+        "cooking": b["episode_ids"][0],
+        "memory": memory["id"],
+        "trip_turns": [t["id"] for t in a["turns"]],
+    }
 
 
 def ids(body):
@@ -72,7 +94,9 @@ def test_hot_hits_carry_full_turns_and_matched_turns(caller, corpus):
     assert top["turn_ids"] == corpus["trip_turns"]
     assert [t["id"] for t in top["turns"]] == corpus["trip_turns"]
     assert top["matched_turn_ids"][0] in corpus["trip_turns"]
-    assert {"vector_rank", "text_rank", "rrf", "recency", "frequency", "anchor", "relevance"} <= set(top["explain"])
+    assert {"vector_rank", "text_rank", "rrf", "recency", "frequency", "anchor", "relevance"} <= set(
+        top["explain"]
+    )
 
 
 def test_every_filter(caller, corpus):
@@ -83,8 +107,12 @@ def test_every_filter(caller, corpus):
     assert ids(search(caller, "allergy", kinds=["profile"])) == [corpus["memory"]]
     assert ids(search(caller, "allergy", tags=["health"])) == [corpus["memory"]]
     assert ids(search(caller, "allergy", tags=["nope"])) == []
-    late = search(caller, "bread", occurred_from=(T0 + timedelta(days=5)).isoformat(),
-                  occurred_to=(T0 + timedelta(days=20)).isoformat())
+    late = search(
+        caller,
+        "bread",
+        occurred_from=(T0 + timedelta(days=5)).isoformat(),
+        occurred_to=(T0 + timedelta(days=20)).isoformat(),
+    )
     assert ids(late) == [corpus["cooking"]]
     early = search(caller, "bread flight", occurred_to=(T0 + timedelta(days=1)).isoformat())
     assert corpus["cooking"] not in ids(early) and corpus["trip"] in ids(early)
@@ -92,7 +120,9 @@ def test_every_filter(caller, corpus):
     assert ids(search(caller, "sourdough", layers=["warm"])) == [corpus["cooking"]]
     assert corpus["cooking"] not in ids(search(caller, "sourdough", layers=["hot"]))
     Episode.objects.filter(pk=corpus["trip"]).update(state="dormant")
-    hot_store().update_episode_fields(Episode.objects.get(pk=corpus["trip"]), corpus["trip_turns"], state="dormant")
+    hot_store().update_episode_fields(
+        Episode.objects.get(pk=corpus["trip"]), corpus["trip_turns"], state="dormant"
+    )
     assert corpus["trip"] not in ids(search(caller, "Lisbon hotel"))
     assert corpus["trip"] in ids(search(caller, "Lisbon hotel", include_dormant=True))
 
@@ -103,8 +133,13 @@ def test_limit_and_validation(caller, corpus):
     assert caller.post("/api/v1/search", {"query": "x", "layers": ["lukewarm"]}).status_code == 400
     assert caller.post("/api/v1/search", {"query": "x", "limit": 0}).status_code == 400
     assert caller.post("/api/v1/search", {"query": "x", "vector": [1.0, 2.0]}).status_code == 400
-    assert caller.post("/api/v1/search", {"query": "x", "occurred_from": "2026-02-01T00:00:00Z",
-                                          "occurred_to": "2026-01-01T00:00:00Z"}).status_code == 400
+    assert (
+        caller.post(
+            "/api/v1/search",
+            {"query": "x", "occurred_from": "2026-02-01T00:00:00Z", "occurred_to": "2026-01-01T00:00:00Z"},
+        ).status_code
+        == 400
+    )
 
 
 def test_session_isolation(caller):
@@ -121,7 +156,12 @@ def test_warm_and_cold_hits_are_shaped_by_layer(caller, corpus):
     assert warm["layer"] == "warm" and warm["partial"] is True and "summary" in warm and "turns" not in warm
     assert warm["turn_ids"] == corpus["trip_turns"]
     cold = search(caller, "sourdough starter", layers=["cold"])["results"][0]
-    assert cold["layer"] == "cold" and cold["index_only"] is True and "headline" in cold and "packed" in cold["tags"]
+    assert (
+        cold["layer"] == "cold"
+        and cold["index_only"] is True
+        and "headline" in cold
+        and "packed" in cold["tags"]
+    )
 
 
 def test_access_is_recorded_without_read_modify_write(caller, corpus):
@@ -176,7 +216,9 @@ def test_activate_context_and_feedback(caller, corpus):
     assert ids(ranked) == [corpus["memory"]]
 
     caller.post(f"/api/v1/memories/{corpus['memory']}/anchor")
-    ctx = caller.post("/api/v1/context", {"session_id": "trip", "query": "bread baking", "max_tokens": 400}).json()
+    ctx = caller.post(
+        "/api/v1/context", {"session_id": "trip", "query": "bread baking", "max_tokens": 400}
+    ).json()
     assert ctx["sections"]["anchors"][0]["episode_id"] == corpus["memory"]
     assert ctx["sections"]["session"][0]["episode_id"] == corpus["trip"]
     assert corpus["cooking"] in [x["episode_id"] for x in ctx["sections"]["relevant"]]

@@ -36,20 +36,26 @@ class Command(BaseCommand):
         key_ok = False
         if saved.get("api_key"):
             try:
-                key_ok = ApiKey.objects.get_from_key(saved["api_key"]).tenant_id == tenant.id
+                key_ok = ApiKey.objects.get_from_key(saved["api_key"]).tenant_id == tenant.id  # type: ignore[attr-defined]
             except ApiKey.DoesNotExist:
                 key_ok = False
         if not key_ok:
-            _, saved["api_key"] = api_key_create(tenant=tenant, name="demo key", scopes=["read", "write", "admin"])
+            _, saved["api_key"] = api_key_create(
+                tenant=tenant, name="demo key", scopes=["read", "write", "admin"]
+            )
 
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(saved))
         path.chmod(0o600)
         url = opts["url"].rstrip("/")
         self.stdout.write("")
-        self.stdout.write(f"  admin      {url}/admin/   user admin / {saved.get('admin_password', '(set earlier)')}")
+        self.stdout.write(
+            f"  admin      {url}/admin/   user admin / {saved.get('admin_password', '(set earlier)')}"
+        )
         self.stdout.write(f"  API docs   {url}/api/docs/")
         self.stdout.write(f"  tenant     {tenant.name} ({tenant.id})")
         self.stdout.write(f"  API key    {saved['api_key']}")
-        self.stdout.write(f"  try        curl -H 'Authorization: Bearer {saved['api_key']}' {url}/api/v1/whoami")
+        self.stdout.write(
+            f"  try        curl -H 'Authorization: Bearer {saved['api_key']}' {url}/api/v1/whoami"
+        )
         self.stdout.write("")

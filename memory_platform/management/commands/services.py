@@ -5,7 +5,9 @@ from memory_platform.embedded import PortTakenError
 
 
 class Command(BaseCommand):
-    help = "Start, stop or show the embedded Postgres and Redis (used when DATABASE_URL / REDIS_URL are unset)."
+    help = (
+        "Start, stop or show the embedded Postgres and Redis (used when DATABASE_URL / REDIS_URL are unset)."
+    )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("action", choices=["start", "stop", "status"])

@@ -21,10 +21,17 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--keep", action="store_true", help="keep the evaluation tenants")
         parser.add_argument("--conversations", type=int, default=None, help="only the first N conversations")
-        parser.add_argument("--weights", default=None, metavar="V,T,K",
-                            help="override the tenant policy's RRF vector weight, text weight and k")
-        parser.add_argument("--age", action="store_true",
-                            help="run lifecycle ticks so older sessions sit in warm and cold, and compare")
+        parser.add_argument(
+            "--weights",
+            default=None,
+            metavar="V,T,K",
+            help="override the tenant policy's RRF vector weight, text weight and k",
+        )
+        parser.add_argument(
+            "--age",
+            action="store_true",
+            help="run lifecycle ticks so older sessions sit in warm and cold, and compare",
+        )
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
         from retrieval.evaluation import locomo
@@ -41,14 +48,24 @@ class Command(BaseCommand):
                 weights = RetrievalWeights(vector=float(v), text=float(t), k=int(k))
             except ValueError:
                 raise CommandError("--weights takes V,T,K, e.g. 0.7,0.3,60") from None
-        results = {"all_hot": locomo.run(opts["path"], log=log, keep=opts["keep"],
-                                         limit_conversations=opts["conversations"], weights=weights)}
+        results = {
+            "all_hot": locomo.run(
+                opts["path"],
+                log=log,
+                keep=opts["keep"],
+                limit_conversations=opts["conversations"],
+                weights=weights,
+            )
+        }
         if opts["age"]:
             from retrieval.evaluation.aging import age_conversation, compression_report
 
             stats: list = []
             results["aged"] = locomo.run(
-                opts["path"], log=log, keep=opts["keep"], limit_conversations=opts["conversations"],
+                opts["path"],
+                log=log,
+                keep=opts["keep"],
+                limit_conversations=opts["conversations"],
                 age=lambda tenant, conv, now: stats.append(age_conversation(tenant, conv, now)),
                 weights=weights,
             )
@@ -61,6 +78,8 @@ class Command(BaseCommand):
             from retrieval.evaluation.aging import format_compression
 
             self.stdout.write("")
-            self.stdout.write(locomo.format_report(results["aged"], "Aged (ticks at the day after the last session)"))
+            self.stdout.write(
+                locomo.format_report(results["aged"], "Aged (ticks at the day after the last session)")
+            )
             self.stdout.write("")
             self.stdout.write(format_compression(results["compression"]))

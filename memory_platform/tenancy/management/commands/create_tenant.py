@@ -23,7 +23,9 @@ class Command(BaseCommand):
             raise CommandError("; ".join(exc.messages)) from exc
         key, secret = api_key_create(tenant=tenant, name=f"{tenant.name} key", scopes=opts["scopes"])
         if opts["json"]:
-            self.stdout.write(json.dumps({"tenant": tenant.name, "tenant_id": str(tenant.id), "api_key": secret}))
+            self.stdout.write(
+                json.dumps({"tenant": tenant.name, "tenant_id": str(tenant.id), "api_key": secret})
+            )
         else:
             self.stdout.write(f"tenant  {tenant.name} ({tenant.id})")
             self.stdout.write(f"scopes  {', '.join(key.scopes)}")
