@@ -227,6 +227,9 @@ Q_CLUSTER = {
 # --- platform ---------------------------------------------------------------------------------------
 MEMORY = {
     "EMBEDDER": env.str("MEMORY_EMBEDDER", default="local"),
+    # FLAT: exact, and reloads in seconds after a restart; HNSW: for hot tiers of 10k+ documents
+    # per tenant, at the cost of a long blocking index rebuild on restart (DESIGN §9).
+    "HOT_INDEX_ALGORITHM": _choice("MEMORY_HOT_INDEX_ALGORITHM", "FLAT", {"FLAT", "HNSW"}),
 }
 
 LOGGING = {

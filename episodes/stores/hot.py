@@ -4,6 +4,7 @@ caller can forget it; callers pass a tenant, never a raw filter.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Iterable, Sequence
@@ -93,8 +94,14 @@ class HotStore:
         """Create the index once per process (FT.INFO first: FT.CREATE on an existing index errors)."""
         if self._ensured:
             return
+        algorithm = str(memory_settings.HOT_INDEX_ALGORITHM).upper()
+        for other in keys.ALGORITHMS:
+            if other != algorithm:
+                # Two indexes over the same keys would double memory and write cost.
+                with contextlib.suppress(redis.ResponseError):
+                    self.client.execute_command("FT.DROPINDEX", keys.index_name(other))
         try:
-            self.client.execute_command("FT.INFO", keys.INDEX_NAME)
+            self.client.execute_command("FT.INFO", keys.index_name(algorithm))
         except redis.ResponseError:
             try:
                 self.index.create(overwrite=False)

@@ -6,7 +6,15 @@ share a cluster slot and tenants can be spread over a Redis Cluster (DESIGN §1)
 
 from __future__ import annotations
 
-INDEX_NAME = "mp:idx:hot:v1"
+INDEX_BASE = "mp:idx:hot:v1"
+ALGORITHMS = ("FLAT", "HNSW")
+
+
+def index_name(algorithm: str) -> str:
+    """One index per vector algorithm; switching algorithms drops the other one (docs stay)."""
+    return f"{INDEX_BASE}:{algorithm.lower()}"
+
+
 KEY_PREFIX = "mp:{"
 
 DOC_TURN = "turn"
@@ -44,7 +52,12 @@ def hot_schema(dim: int, algorithm: str = "FLAT") -> dict:
     if algorithm.upper() == "HNSW":
         vector_attrs.update({"m": 16, "ef_construction": 200})
     return {
-        "index": {"name": INDEX_NAME, "prefix": KEY_PREFIX, "key_separator": ":", "storage_type": "hash"},
+        "index": {
+            "name": index_name(algorithm),
+            "prefix": KEY_PREFIX,
+            "key_separator": ":",
+            "storage_type": "hash",
+        },
         "fields": [
             {"name": "doctype", "type": "tag"},
             {"name": "tenant", "type": "tag"},

@@ -40,10 +40,15 @@ BATCH = 2000
 
 
 def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None]) -> tuple[Tenant, np.ndarray]:
+    """The newest ``hot_quota`` episodes hot (the policy bounds the hot tier), the rest packed:
+    warm up to ``cold_days`` old, cold beyond, as the lifecycle would leave them."""
+    from lifecycle.models import policy_for
+
     tenant = tenant_create(name=f"bench-search-{size}-{uuid.uuid4().hex[:6]}", embedder="provided")
+    hot_from = size - min(size, int(policy_for(tenant).hot_quota))
     topics = rng.normal(size=(max(10, size // 50), 384)).astype(np.float32)
     now = timezone.now()
-    start = now - timedelta(days=7)
+    start = now - timedelta(days=200)
     store = hot_store()
     store.ensure_index()
     vectors_all = np.empty((size, 384), dtype=np.float32)
@@ -54,7 +59,10 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors_all[offset : offset + n] = vectors
         texts = [f"note {offset + i}: " + " ".join(rng.choice(WORDS, size=10)) for i in range(n)]
-        when = [start + timedelta(seconds=5 * (offset + i)) for i in range(n)]
+        when = [start + timedelta(seconds=(200 * 86400 // size) * (offset + i)) for i in range(n)]
+        layers = [
+            "hot" if offset + i >= hot_from else ("warm" if (offset + i) % 3 else "cold") for i in range(n)
+        ]
         episodes = Episode.objects.bulk_create(
             [
                 Episode(
@@ -62,12 +70,16 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
                     kind="note",
                     title=texts[i][:60],
                     session_id=f"s{(offset + i) // 100}",
+                    layer=layers[i],
+                    summary=texts[i] if layers[i] != "hot" else "",
+                    key_points=[texts[i]] if layers[i] != "hot" else [],
+                    headline=texts[i][:60] if layers[i] == "cold" else "",
                     first_occurred_at=when[i],
                     last_occurred_at=when[i],
                     last_accessed_at=now,
                     turn_count=1,
                     embedding=vectors[i],
-                    search_text=texts[i],
+                    search_text=texts[i] if layers[i] != "cold" else texts[i][:60],
                     raw_chars=len(texts[i]),
                 )
                 for i in range(n)
@@ -90,8 +102,9 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
             ]
         )
         for episode, turn in zip(episodes, turns, strict=True):
-            episode.tenant = tenant
-            store.index_episode(episode, turn_documents(episode, [turn]))
+            if episode.layer == "hot":
+                episode.tenant = tenant
+                store.index_episode(episode, turn_documents(episode, [turn]))
         log(f"  loaded {offset + n}/{size} episodes")
     return tenant, vectors_all
 

@@ -96,9 +96,10 @@ def test_clean_checks_fsrs_bounds_and_llm_settings(tenant):
     with pytest.raises(ValidationError) as caught:
         MemoryPolicy(tenant=tenant, summariser="llm").full_clean()
     assert set(caught.value.message_dict) >= {"llm_base_url", "llm_model"}
+    # the tenant already has its policy (made with the tenant), so skip the one-per-tenant check
     MemoryPolicy(
         tenant=tenant, summariser="llm", llm_base_url="http://llm:8000/v1", llm_model="m"
-    ).full_clean()
+    ).full_clean(validate_unique=False)
     with pytest.raises(ValidationError) as caught:
         MemoryPolicy(tenant=tenant, summariser="llm", llm_base_url="ftp://x", llm_model="m").full_clean()
     assert "llm_base_url must be an http(s) URL" in caught.value.message_dict["llm_base_url"][0]
@@ -237,3 +238,11 @@ def test_admin_form_applies_a_preset_on_save(client, tenant):
     )
     ours.refresh_from_db()
     assert ours.preset == "fsrs"
+
+
+def test_a_new_tenant_gets_its_policy_at_once(db):
+    from memory_platform.tenancy.services import tenant_create
+
+    tenant = tenant_create(name="fresh-policy")
+    assert MemoryPolicy.objects.filter(tenant=tenant).count() == 1
+    assert MemoryPolicy.objects.get(tenant=tenant).preset == "metabolism"
