@@ -121,17 +121,12 @@ class Episode(models.Model):
             models.Index(fields=["tenant", "session_id"], name="episode_tenant_session"),
             models.Index(fields=["tenant", "kind"], name="episode_tenant_kind"),
             models.Index(fields=["tenant", "state"], name="episode_tenant_state"),
-            # Degraded mode searches every layer; normal search only warm and cold, through the
-            # partial indexes below, so a tenant's many hot rows never crowd a warm/cold scan.
+            # Normal search reads Postgres for warm and cold only, through the partial indexes
+            # below, so a tenant's hot rows never crowd a warm/cold scan and hot writes skip the
+            # HNSW graph. Degraded mode (Redis down) ranks hot rows exactly: the hot tier is
+            # bounded by the tenant's quota, so that is a bounded scan.
             GinIndex(fields=["search_vector"], name="episode_search_vector"),
             GinIndex(fields=["search_vector"], name="episode_packed_search_vector", condition=_PACKED),
-            HnswIndex(
-                name="episode_embedding_hnsw",
-                fields=["embedding"],
-                m=16,
-                ef_construction=64,
-                opclasses=["vector_cosine_ops"],
-            ),
             HnswIndex(
                 name="episode_packed_embedding_hnsw",
                 fields=["embedding"],

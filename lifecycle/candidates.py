@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection, transaction
 from django.db.models import Q
 
-from episodes.models import Episode, Link, LinkKind, State
+from episodes.models import Episode, Layer, Link, LinkKind, State
 from episodes.selectors import degrees
 from episodes.services import EpisodeNotFound
 from memory_platform.tenancy.models import Tenant
@@ -24,7 +24,7 @@ from .journal import journal_record
 from .models import Candidate
 
 if TYPE_CHECKING:
-    from .tick import Tick
+    from .tick_context import Tick
 
 #: Merge detection looks at this many of the lowest-scoring episodes per tick (one KNN query each,
 #: batched in one statement) and this many nearest neighbours of each.
@@ -68,13 +68,15 @@ def _neighbours(tenant: Tenant, ids: list[int], threshold: float) -> list[tuple[
     if not ids:
         return []
     with transaction.atomic(), connection.cursor() as cursor:
-        # Iterative scan keeps the HNSW index useful under the tenant and kind filters (pgvector 0.8).
+        # Packed episodes only: the HNSW index covers warm and cold rows (a hot episode with a low
+        # score is packed soon anyway), and iterative scan keeps it useful under the tenant and kind
+        # filters (pgvector 0.8).
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         cursor.execute(
             "SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding) AS sim FROM episodes_episode a "
             "CROSS JOIN LATERAL (SELECT c.id, c.embedding FROM episodes_episode c "
             "  WHERE c.tenant_id = a.tenant_id AND c.kind = a.kind AND c.id <> a.id "
-            "  AND c.state <> %s AND c.embedding IS NOT NULL "
+            "  AND c.layer IN ('warm', 'cold') AND c.state <> %s AND c.embedding IS NOT NULL "
             "  ORDER BY c.embedding <=> a.embedding LIMIT %s) b "
             "WHERE a.tenant_id = %s AND a.id = ANY(%s) AND 1 - (a.embedding <=> b.embedding) >= %s",
             [State.FORGOTTEN, MERGE_NEIGHBOURS, tenant.pk, ids, threshold],
@@ -85,6 +87,7 @@ def _neighbours(tenant: Tenant, ids: list[int], threshold: float) -> list[tuple[
 def propose_merges(t: Tick, episodes: list[Episode], scores: dict[int, tuple[float, Any]]) -> int:
     """Seed 002: low score, few links, same kind, embedding cosine >= merge_similarity."""
     policy = t.policy
+    episodes = [e for e in episodes if e.layer in (Layer.WARM, Layer.COLD)]
     degree = degrees([e.pk for e in episodes])
     low = sorted(
         (

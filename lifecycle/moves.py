@@ -1,0 +1,253 @@
+"""The layer moves of a tick (DESIGN §4 steps 2-5 and the upward migration of seed 001).
+
+Each move reads the episode at version v, compresses it with no lock held, then writes it in its own
+transaction only if it is still at version v; the journal entry commits with it, and Redis follows
+after the commit (the hot documents leave on the way down, come back on the way up).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from django.db import transaction
+from django.db.models import F
+
+from episodes.models import Episode, Layer, State
+
+from . import scoring
+from .compression import ColdShape, WarmShape, warm_points_for_age
+from .hotsync import hot_remove_packed, sync_episode
+from .journal import snapshot
+from .models import AccessWindow
+from .tick_context import SEARCH_TEXT_LIMIT, Tick, TickInterrupted, days_between
+
+#: Windows of unused packed episodes slide forward at most once a day (an UPDATE per window per day).
+WINDOW_SLIDE = timedelta(days=1)
+
+
+def _merge(old: Iterable[str], new: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
+    out = []
+    for item in [*old, *new]:
+        if item.lower() not in seen:
+            seen.add(item.lower())
+            out.append(item)
+    return out
+
+
+def step_promote(t: Tick) -> None:
+    """Upward migration by use: `promote_after_accesses` accesses within `hot_days` (seed 001)."""
+    tenant, now = t.tenant, t.now
+    # A window with no new access restarts, so it begins at most a day before the first new one.
+    AccessWindow.objects.filter(
+        tenant=tenant, started_at__lt=now - WINDOW_SLIDE, episode__access_count=F("access_count_at_start")
+    ).update(started_at=now)
+    unwatched = (
+        Episode.objects.visible()
+        .filter(tenant=tenant)
+        .exclude(layer=Layer.HOT)
+        .filter(access_window__isnull=True)
+    )
+    AccessWindow.objects.bulk_create(
+        [
+            AccessWindow(tenant=tenant, episode_id=pk, started_at=now, access_count_at_start=count)
+            for pk, count in unwatched.values_list("pk", "access_count")
+        ],
+        ignore_conflicts=True,
+    )
+    used = (
+        AccessWindow.objects.filter(tenant=tenant, episode__access_count__gt=F("access_count_at_start"))
+        .exclude(episode__layer=Layer.HOT)
+        .exclude(episode__state=State.FORGOTTEN)
+        .select_related("episode")
+    )
+    for window in used:
+        episode = window.episode
+        gained = episode.access_count - window.access_count_at_start
+        if now - window.started_at > timedelta(days=t.policy.hot_days):
+            # Too slow to count as "active use": start a new window from here.
+            AccessWindow.objects.filter(pk=window.pk).update(
+                started_at=now, access_count_at_start=episode.access_count
+            )
+        elif gained >= t.policy.promote_after_accesses:
+            try:
+                _promote(t, episode, gained)
+            except TickInterrupted:
+                raise
+            except Exception as exc:
+                t.error("promote", episode.pk, exc)
+
+
+def _promote(t: Tick, episode: Episode, gained: int) -> None:
+    turns_text = "\n".join(episode.turns.order_by("seq", "id").values_list("text", flat=True))
+    t.checkpoint(f"compressed:{episode.pk}")
+    with transaction.atomic():
+        before = snapshot(episode)
+        fields = {
+            "layer": Layer.HOT,
+            "restored_at": t.now,
+            "search_text": turns_text[:SEARCH_TEXT_LIMIT],
+            "needs_reindex": True,
+        }
+        if not t.write(episode, episode.layer, **fields):
+            return
+        AccessWindow.objects.filter(episode=episode).delete()
+        after = {"layer": Layer.HOT, "restored_at": t.now, "reason": "repeated_use", "accesses": gained}
+        t.journal(episode, "promote", before, after)
+        t.counts[f"{episode.layer}_to_hot"] += 1
+        transaction.on_commit(lambda: sync_episode(episode.pk))
+
+
+def _hot_evictions(t: Tick, hot: list[Episode], scores: dict[int, tuple[float, Any]]) -> dict[int, str]:
+    """Which hot episodes leave, and why: idle (the policy's layer rule), then the per-session cap,
+    then the tenant's hot quota; lowest activity score (then least recently used) leaves first."""
+    leaving: dict[int, str] = {}
+    for e in hot:
+        if not e.anchor and scoring.layer_for(scores[e.pk][1], t.policy, t.now) != Layer.HOT:
+            leaving[e.pk] = "idle"
+
+    def order(e: Episode) -> tuple[float, datetime, int]:
+        return (scores[e.pk][0], e.last_accessed_at, e.pk)
+
+    staying = [e for e in hot if e.pk not in leaving]
+    sessions: dict[tuple[str, str, str], list[Episode]] = defaultdict(list)
+    for e in staying:
+        if e.session_id:
+            sessions[(e.user_id, e.agent_id, e.session_id)].append(e)
+    for members in sessions.values():
+        excess = len(members) - t.policy.hot_cap_per_session
+        for e in sorted((m for m in members if not m.anchor), key=order)[: max(0, excess)]:
+            leaving[e.pk] = "session_cap"
+    staying = [e for e in staying if e.pk not in leaving]
+    excess = len(staying) - t.policy.hot_quota
+    for e in sorted((s for s in staying if not s.anchor), key=order)[: max(0, excess)]:
+        leaving[e.pk] = "hot_quota"
+    return leaving
+
+
+def step_hot_to_warm(t: Tick) -> None:
+    hot = t.episodes(layer=Layer.HOT)
+    scores = t.scored(hot)
+    by_id = {e.pk: e for e in hot}
+    for episode_id, reason in sorted(_hot_evictions(t, hot, scores).items()):
+        episode = t.fresh(episode_id, by_id[episode_id].version)
+        if episode is None:
+            continue
+        try:
+            _demote_to_warm(t, episode, reason)
+        except TickInterrupted:
+            raise
+        except Exception as exc:
+            t.error("hot_to_warm", episode_id, exc)
+
+
+def _demote_to_warm(t: Tick, episode: Episode, reason: str) -> None:
+    turns = list(episode.turns.order_by("seq", "id").only("text", "embedding"))
+    vectors = None
+    if turns and all(turn.embedding is not None for turn in turns):
+        vectors = np.stack([np.asarray(turn.embedding, dtype=np.float32) for turn in turns])
+    shape = t.summariser.warm([turn.text for turn in turns], embeddings=vectors)
+    idle = days_between(t.now, episode.last_accessed_at)
+    shape = shape.with_points(warm_points_for_age(idle, t.policy))
+    # Entities and decisions are kept whole (seed 003 F3): what ingest found plus what the summariser found.
+    warm = WarmShape(
+        shape.summary,
+        shape.key_points,
+        _merge(episode.entities, shape.entities),
+        _merge(episode.decisions, shape.decisions),
+    )
+    t.checkpoint(f"compressed:{episode.pk}")
+    with transaction.atomic():
+        before = snapshot(episode)
+        fields = {
+            "layer": Layer.WARM,
+            "summary": warm.summary,
+            "key_points": warm.key_points,
+            "entities": warm.entities,
+            "decisions": warm.decisions,
+            "search_text": warm.text()[:SEARCH_TEXT_LIMIT],
+            "packed_chars": warm.chars,
+            # Redis still holds its documents until the removal after commit succeeds.
+            "needs_reindex": True,
+        }
+        if not t.write(episode, Layer.HOT, **fields):
+            return
+        AccessWindow.objects.update_or_create(
+            episode=episode,
+            defaults={"tenant": t.tenant, "started_at": t.now, "access_count_at_start": episode.access_count},
+        )
+        after = {k: fields[k] for k in ("layer", "summary", "key_points", "packed_chars")}
+        t.journal(episode, "hot_to_warm", before, {**after, "reason": reason, "source": shape.source})
+        t.counts["hot_to_warm"] += 1
+
+        def leave_hot() -> None:
+            t.checkpoint(f"moved:{episode.pk}")
+            hot_remove_packed(episode)
+
+        transaction.on_commit(leave_hot)
+
+
+def step_warm_gradient(t: Tick) -> None:
+    """Seed 001: compression deepens with age; fewer key points as the episode idles."""
+    for listed in t.episodes(layer=Layer.WARM, anchor=False):
+        keep = warm_points_for_age(days_between(t.now, listed.last_accessed_at), t.policy)
+        if len(listed.key_points) <= keep:
+            continue
+        episode = t.fresh(listed.pk, listed.version)
+        if episode is None:
+            continue
+        warm = WarmShape(episode.summary, episode.key_points[:keep], episode.entities, episode.decisions)
+        with transaction.atomic():
+            before = snapshot(episode, ("key_points", "search_text", "packed_chars"))
+            fields = {"key_points": warm.key_points, "search_text": warm.text(), "packed_chars": warm.chars}
+            if t.write(episode, Layer.WARM, **fields):
+                after = {"key_points": warm.key_points, "packed_chars": warm.chars, "kept": keep}
+                t.journal(episode, "warm_gradient", before, after)
+                t.counts["warm_gradient"] += 1
+
+
+def step_warm_to_cold(t: Tick) -> None:
+    warm = t.episodes(layer=Layer.WARM, anchor=False)  # anchors never go cold (seed 003 §4.6)
+    scores = t.scored(warm)
+    for listed in warm:
+        if scoring.layer_for(scores[listed.pk][1], t.policy, t.now) != Layer.COLD:
+            continue
+        episode = t.fresh(listed.pk, listed.version)
+        if episode is None:
+            continue
+        try:
+            _demote_to_cold(t, episode)
+        except TickInterrupted:
+            raise
+        except Exception as exc:
+            t.error("warm_to_cold", episode.pk, exc)
+
+
+def _demote_to_cold(t: Tick, episode: Episode) -> None:
+    cold = t.summariser.cold(
+        WarmShape(episode.summary, episode.key_points, episode.entities, episode.decisions)
+    )
+    t.checkpoint(f"compressed:{episode.pk}")
+    with transaction.atomic():
+        before = snapshot(episode)
+        # The warm copy (summary, key points) stays on the row: unpacking and rollback need nothing else.
+        packed = ColdShape(cold.headline[:200], [tag[:100] for tag in cold.tags], cold.source)
+        fields = {
+            "layer": Layer.COLD,
+            "headline": packed.headline,
+            "keywords": packed.tags,
+            "search_text": packed.text(),
+            "packed_chars": packed.chars,
+        }
+        if t.write(episode, Layer.WARM, **fields):
+            t.journal(
+                episode,
+                "warm_to_cold",
+                before,
+                {**{k: v for k, v in fields.items() if k != "search_text"}, "source": cold.source},
+            )
+            t.counts["warm_to_cold"] += 1

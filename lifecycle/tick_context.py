@@ -1,0 +1,121 @@
+"""What one tick carries from step to step: the tenant, its policy, `now`, the run record, the
+counts and errors, the fault hook; and the two operations every move shares: reading an episode
+again at the version a decision was made on, and the optimistic write (seed 001 halt on touch)."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F
+
+from episodes.models import Episode, State
+from episodes.selectors import degrees
+from memory_platform.tenancy.models import Tenant
+
+from . import scoring
+from .compression import get_summariser
+from .journal import journal_record
+from .models import MemoryPolicy, TickRun
+
+logger = logging.getLogger(__name__)
+
+SEARCH_TEXT_LIMIT = 200_000
+#: A tick lists every episode of the tenant several times; the content columns stay in the table
+#: (a move reads its episode whole, again, at the version it decided on).
+LISTING_DEFERRED = (
+    "embedding",
+    "search_text",
+    "summary",
+    "entities",
+    "decisions",
+    "headline",
+    "keywords",
+    "metadata",
+)
+
+
+class TickInterrupted(Exception):
+    """Raised by fault injection: the tick stops here, as if the process had died."""
+
+
+FaultHook = Callable[[str], None]
+
+
+def days_between(now: datetime, then: datetime | None) -> float:
+    return max(0.0, (now - then).total_seconds() / 86_400) if then is not None else 0.0
+
+
+@dataclass
+class Tick:
+    tenant: Tenant
+    policy: MemoryPolicy
+    now: datetime
+    run: TickRun
+    hook: FaultHook | None = None
+    counts: Counter[str] = field(default_factory=Counter)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.summariser = get_summariser(self.policy)
+
+    # --- bookkeeping ---------------------------------------------------------------------------
+    def checkpoint(self, label: str) -> None:
+        if self.hook is not None:
+            self.hook(label)
+
+    def error(self, step: str, episode_id: int | None, exc: BaseException) -> None:
+        logger.warning("tick %s: %s failed for episode %s: %s", self.run.pk, step, episode_id, exc)
+        self.errors.append(
+            {"step": step, "episode": episode_id, "error": f"{type(exc).__name__}: {exc}"[:500]}
+        )
+
+    def journal(self, episode: Episode, action: str, before: dict[str, Any], after: dict[str, Any]) -> None:
+        journal_record(
+            tenant=self.tenant,
+            episode=episode,
+            action=action,
+            before=before,
+            after=after,
+            now=self.now,
+            actor="tick",
+            tick_run=self.run,
+        )
+
+    # --- reading -------------------------------------------------------------------------------
+    def episodes(self, **filters: Any) -> list[Episode]:
+        return list(
+            Episode.objects.visible().filter(tenant=self.tenant).filter(**filters).defer(*LISTING_DEFERRED)
+        )
+
+    def scored(self, episodes: list[Episode]) -> dict[int, tuple[float, scoring.EpisodeStats]]:
+        """Scores are computed here, every tick, and never stored (seed 002 safety rule)."""
+        degree = degrees([e.pk for e in episodes])
+        out = {}
+        for e in episodes:
+            stats = scoring.EpisodeStats.from_episode(e, *degree.get(e.pk, (0, 0)))
+            out[e.pk] = (scoring.activity_score(stats, self.policy, self.now), stats)
+        return out
+
+    def fresh(self, episode_id: int, version: int) -> Episode | None:
+        """The whole row, if it is still the version the decision was made on."""
+        episode = Episode.objects.filter(tenant=self.tenant, pk=episode_id).select_related("tenant").first()
+        if episode is None or episode.version != version or episode.state == State.FORGOTTEN:
+            self.counts["abandoned"] += 1
+            return None
+        return episode
+
+    def write(self, episode: Episode, expected_layer: str, **fields: Any) -> bool:
+        """The optimistic write: only if nobody touched the episode since it was read."""
+        updated = (
+            Episode.objects.filter(pk=episode.pk, version=episode.version, layer=expected_layer)
+            .exclude(state=State.FORGOTTEN)
+            .update(version=F("version") + 1, **fields)
+        )
+        if not updated:
+            self.counts["abandoned"] += 1
+        return bool(updated)
