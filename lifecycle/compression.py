@@ -28,6 +28,8 @@ HEADLINE_MAX = 120
 TAGS_MAX = 4
 MIN_PROSE_BUDGET = 160  # characters: the prose gets about two sentences, whatever else is kept
 COLD_RATIO = 12  # warm -> cold aims at 10-20x (seed 003 NF4)
+MIN_COLD_CHARS = 28
+MIN_HEADLINE_CHARS = 20
 ENTITY_LIMIT = 1000  # high on purpose: every entity and decision is kept (seed 003 F3)
 
 _STOPWORD_TEXT = (
@@ -272,8 +274,14 @@ class ExtractiveSummariser:
         return WarmShape(chosen[0], chosen[1:], entities, decisions)
 
     def cold(self, warm: WarmShape) -> ColdShape:
-        tags = _keywords(" ".join([warm.summary, *warm.key_points, *warm.decisions]), TAGS_MAX)
-        budget = min(HEADLINE_MAX, max(44, warm.chars // COLD_RATIO - sum(map(len, tags))))
+        # The cold shape is the "minimal semantic field" (seed 001): a headline and a few tags within
+        # about a twelfth of the warm shape, never under a short phrase and a tag or two.
+        target = max(MIN_COLD_CHARS, warm.chars // COLD_RATIO)
+        tags: list[str] = []
+        for tag in _keywords(" ".join([warm.summary, *warm.key_points, *warm.decisions]), TAGS_MAX):
+            if not tags or sum(map(len, tags)) + len(tag) <= target // 3:
+                tags.append(tag)
+        budget = min(HEADLINE_MAX, max(MIN_HEADLINE_CHARS, target - sum(map(len, tags))))
         # the summary is the episode's best sentence; a long one is cut at a word boundary
         headline = _shorten(warm.summary, budget)
         return ColdShape(headline=" ".join(headline.split()), tags=tags)

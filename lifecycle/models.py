@@ -128,8 +128,11 @@ class MemoryPolicy(models.Model):
     t_age_days = _f(30.0, "seed 002 T_age (days): age that costs G points")
 
     # states and candidates (seed 002)
-    theta_active = _f(0.5, "seed 002 θ_active: score at or above which an episode is active")
-    theta_delete = _f(0.0, "seed 002 θ_delete: score at or below which an episode may be a delete candidate")
+    # Seed 002 gives no numbers. With the default coefficients an unused episode with one
+    # `continues` link scores about 0.7 - 0.3 * age/30d: -1.0 keeps it in default search for about
+    # half a year unused, -3.0 proposes deletion after about a year (never automatic).
+    theta_active = _f(-1.0, "seed 002 θ_active: score at or above which an episode is active")
+    theta_delete = _f(-3.0, "seed 002 θ_delete: score at or below which an episode may be a delete candidate")
     delete_after_days = _n(180, "seed 002: a delete candidate must also be unaccessed this many days")
     merge_similarity = _f(0.92, "seed 002 merge candidates: embedding cosine at or above this")
     merge_max_links = _n(2, "seed 002 merge candidates: at most this many links (in + out)")
@@ -338,7 +341,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "coef_in": 1.0, "coef_out": 0.8, "coef_access": 1.2, "coef_traverse": 0.8,
         "coef_recent_access": 1.5, "coef_recent_link": 1.0, "coef_age": 0.3,
         "t_access_hours": 24.0, "t_link_hours": 72.0, "t_age_days": 30.0,
-        "theta_active": 0.5, "theta_delete": 0.0,
+        "theta_active": -1.0, "theta_delete": -3.0,
         "hot_days": 14, "cold_days": 90, "hot_cap_per_session": 50,
     },
     Preset.ADR: {

@@ -119,3 +119,13 @@ def assert_consistent(tenant) -> None:
 
 def layers(tenant) -> dict[int, str]:
     return dict(Episode.objects.filter(tenant=tenant).values_list("pk", "layer"))
+
+
+def strict_thresholds(tenant) -> None:
+    """Thresholds of the worked examples (θ_active 0.5, θ_delete 0.0): a few idle days make an
+    unlinked episode dormant, which the state tests need to see within a short history."""
+    from lifecycle.models import policy_for
+
+    policy = policy_for(tenant)
+    policy.theta_active, policy.theta_delete = 0.5, 0.0
+    policy.save(update_fields=["theta_active", "theta_delete"])

@@ -15,7 +15,7 @@ from lifecycle.rollback import RollbackError, rollback_journal_entry
 from lifecycle.tick import tick_run
 from retrieval.services import unpack
 
-from .factories import NOW, assert_consistent, conversation, memory, vectors_near
+from .factories import NOW, assert_consistent, conversation, memory, strict_thresholds, vectors_near
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,6 +31,7 @@ def state(pk: int) -> dict:
 
 def test_rolling_back_a_move_restores_the_exact_prior_state(provided):
     tenant = provided.tenant
+    strict_thresholds(tenant)
     pk = conversation(tenant, session="r", idle_days=100, topic=0, seed=1)
     linked = conversation(tenant, session="r2", idle_days=2, topic=1, seed=2)
     Link.objects.create(tenant=tenant, src_id=linked, dst_id=pk, kind="references")
@@ -91,6 +92,7 @@ def test_rolling_back_an_unpack_packs_it_again(provided):
 
 def test_an_approved_merge_is_soft_and_rolls_back_with_its_link(provided):
     tenant = provided.tenant
+    strict_thresholds(tenant)
     near = vectors_near(5, 2, spread=0.05)
     a = memory(tenant, text="Budget review moved to Friday.", idle_days=40, vector=near[0])
     b = memory(tenant, text="The budget review is now on Friday.", idle_days=40, vector=near[1])

@@ -40,7 +40,8 @@ def stats(**kw) -> EpisodeStats:
 
 @pytest.fixture
 def policy() -> MemoryPolicy:
-    return MemoryPolicy()  # unsaved: the scores only read attributes
+    # unsaved: the scores only read attributes; the worked examples use thresholds 0.5 / 0.0
+    return MemoryPolicy(theta_active=0.5, theta_delete=0.0)
 
 
 # --- seed 002 -------------------------------------------------------------------------------------

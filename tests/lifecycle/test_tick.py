@@ -23,7 +23,7 @@ from lifecycle.tick import TickInterrupted, tick_run
 from retrieval.services import record_access
 from tests.conftest import Caller
 
-from .factories import LONG, NOW, assert_consistent, conversation, layers, memory
+from .factories import LONG, NOW, assert_consistent, conversation, layers, memory, strict_thresholds
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -333,6 +333,7 @@ def test_uses_spread_over_more_than_hot_days_do_not_promote(provided):
 
 def test_states_and_candidates_are_marked_never_applied(provided):
     tenant = provided.tenant
+    strict_thresholds(tenant)
     old = memory(tenant, text="A passing remark about the weather in Oslo.", idle_days=300, seed=6)
     near = unit_vectors_pair()
     a = memory(tenant, text="Meeting notes: the budget review moved to Friday.", idle_days=40, vector=near[0])
@@ -369,6 +370,7 @@ def unit_vectors_pair():
 
 def test_a_dormant_hot_episode_is_tagged_in_redis(provided):
     tenant = provided.tenant
+    strict_thresholds(tenant)
     pk = memory(tenant, text="An unlinked remark nobody used.", idle_days=5, seed=8)
     tick_run(tenant=tenant, now=NOW)
     assert Episode.objects.get(pk=pk).state == State.DORMANT
