@@ -434,6 +434,9 @@ def unpack(*, tenant: Tenant, episode_id: int, now: datetime, record: bool = Tru
             raise EpisodeNotFound(episode_id)
         previous_layer = episode.layer
         if previous_layer != Layer.HOT:
+            from lifecycle.journal import snapshot
+
+            before = snapshot(episode)
             turns = list(episode.turns.order_by("seq", "id"))
             embedder = get_embedder(tenant.embedder)
             if embedder.computes:
@@ -448,7 +451,7 @@ def unpack(*, tenant: Tenant, episode_id: int, now: datetime, record: bool = Tru
             episode.search_text = "\n".join(t.text for t in turns)[:200_000]
             episode.needs_reindex = True
             episode.save(update_fields=["layer", "restored_at", "embedding", "search_text", "needs_reindex"])
-            _journal_unpack(tenant, episode, previous_layer, now)
+            _journal_unpack(tenant, episode, before, now)
         Episode.objects.filter(pk=episode.pk).update(
             access_count=F("access_count") + (1 if record else 0),
             last_accessed_at=now,
@@ -462,18 +465,12 @@ def unpack(*, tenant: Tenant, episode_id: int, now: datetime, record: bool = Tru
     return body
 
 
-def _journal_unpack(tenant: Tenant, episode: Episode, previous_layer: str, now: datetime) -> None:
-    try:
-        from lifecycle.journal import journal_record
-    except ImportError:
-        return
+def _journal_unpack(tenant: Tenant, episode: Episode, before: dict[str, Any], now: datetime) -> None:
+    """Upward migration is journaled with the full prior shape, so a rollback is exact."""
+    from lifecycle.journal import journal_record
+
     journal_record(
-        tenant=tenant,
-        episode=episode,
-        action="unpack",
-        before={"layer": previous_layer},
-        after={"layer": Layer.HOT},
-        now=now,
+        tenant=tenant, episode=episode, action="unpack", before=before, after={"layer": Layer.HOT}, now=now
     )
 
 

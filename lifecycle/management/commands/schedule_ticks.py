@@ -1,0 +1,11 @@
+from django.core.management.base import BaseCommand
+
+from lifecycle.tasks import schedule_ticks
+
+
+class Command(BaseCommand):
+    help = "Create or update the django-q2 schedules that tick every tenant at its policy's interval."
+
+    def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
+        counts = schedule_ticks()
+        self.stdout.write(", ".join(f"{k}: {v}" for k, v in counts.items()) or "nothing to do")
