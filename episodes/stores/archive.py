@@ -12,6 +12,8 @@ from datetime import datetime
 import numpy as np
 from django.db import connection
 
+OR_CANDIDATES = 2000
+
 
 @dataclass(frozen=True)
 class ArchiveFilters:
@@ -72,19 +74,31 @@ def search(
         )
         args.extend([literal, *params, literal, k])
     if text and text.strip():
-        # OR of the query's lexemes, ranked by cover density: a question rarely shares every
-        # word with the memory that answers it.
+        # Full text ranks a bounded candidate set (ts_rank_cd over tens of thousands of matches
+        # costs hundreds of ms, DESIGN §9): every episode holding all the query's lexemes,
+        # ranked; then, because a question rarely shares every word with its answer, the first
+        # OR_CANDIDATES episodes holding any of them, ranked. AND hits come first.
         parts.append(
-            f"(SELECT 't' AS src, e.id, ts_rank_cd(e.search_vector, q.query) AS score FROM episodes_episode e, "
-            f"(SELECT NULLIF(replace(plainto_tsquery('english', %s)::text, '&', '|'), '')::tsquery AS query) q "
-            f"WHERE q.query IS NOT NULL AND e.search_vector @@ q.query AND {where} ORDER BY score DESC LIMIT %s)"
+            f"(SELECT 'a' AS src, e.id, ts_rank_cd(e.search_vector, q.query) AS score FROM episodes_episode e, "
+            f"(SELECT plainto_tsquery('english', %s) AS query) q "
+            f"WHERE e.search_vector @@ q.query AND {where} ORDER BY score DESC LIMIT %s)"
         )
         args.extend([text, *params, k])
+        parts.append(
+            f"(SELECT 'o' AS src, c.id, ts_rank_cd(c.search_vector, q.query) AS score FROM "
+            f"(SELECT NULLIF(replace(plainto_tsquery('english', %s)::text, '&', '|'), '')::tsquery AS query) q, "
+            f"LATERAL (SELECT e.id, e.search_vector FROM episodes_episode e WHERE q.query IS NOT NULL "
+            f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
+        )
+        args.extend([text, *params, OR_CANDIDATES, k])
     with connection.cursor() as cursor:
         cursor.execute(" UNION ALL ".join(parts), args)
         rows = cursor.fetchall()
     vector_hits = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "v"), key=lambda x: -x[1])
-    text_hits = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "t"), key=lambda x: -x[1])
+    all_words = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "a"), key=lambda x: -x[1])
+    any_word = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "o"), key=lambda x: -x[1])
+    seen = {i for i, _ in all_words}
+    text_hits = (all_words + [(i, sc) for i, sc in any_word if i not in seen])[:k]
     return vector_hits, text_hits
 
 
