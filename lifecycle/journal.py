@@ -67,6 +67,13 @@ def snapshot(episode: Episode, fields: Iterable[str] = CONTENT_FIELDS) -> dict[s
     return {name: to_json(getattr(episode, name)) for name in fields}
 
 
+def cold_index_text(cold: ColdShape, entities: list[str]) -> str:
+    """What full text searches for a cold episode: its shape (headline and tags) plus the entity
+    list every layer keeps. The shape returned to callers stays headline and tags; the names,
+    dates and numbers are what a question about an old episode most often shares with it."""
+    return "\n".join([cold.text(), ", ".join(entities)]).strip()
+
+
 def packed_search_text(episode: Episode, layer: str) -> str:
     """The search text of a packed layer, rebuilt from the packed copy the episode keeps."""
     if layer == Layer.WARM:
@@ -74,7 +81,7 @@ def packed_search_text(episode: Episode, layer: str) -> str:
             episode.summary, list(episode.key_points), list(episode.entities), list(episode.decisions)
         ).text()
     if layer == Layer.COLD:
-        return ColdShape(episode.headline, list(episode.keywords)).text()
+        return cold_index_text(ColdShape(episode.headline, list(episode.keywords)), list(episode.entities))
     return "\n".join(episode.turns.order_by("seq", "id").values_list("text", flat=True))
 
 

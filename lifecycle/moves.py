@@ -21,7 +21,7 @@ from episodes.models import Episode, Layer, State
 from . import scoring
 from .compression import ColdShape, WarmShape, warm_points_for_age
 from .hotsync import hot_remove_packed, sync_episode
-from .journal import snapshot
+from .journal import cold_index_text, snapshot
 from .models import AccessWindow
 from .tick_context import SEARCH_TEXT_LIMIT, Tick, TickInterrupted, days_between
 
@@ -240,7 +240,7 @@ def _demote_to_cold(t: Tick, episode: Episode) -> None:
             "layer": Layer.COLD,
             "headline": packed.headline,
             "keywords": packed.tags,
-            "search_text": packed.text(),
+            "search_text": cold_index_text(packed, list(episode.entities)),
             "packed_chars": packed.chars,
         }
         if t.write(episode, Layer.WARM, **fields):

@@ -13,6 +13,7 @@ import numpy as np
 from django.db import connection
 
 OR_CANDIDATES = 2000
+PACKED_TURNS = 5000
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,17 @@ def search(
             f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY e.embedding <=> %s::vector LIMIT %s)"
         )
         args.extend([literal, *params, literal, k])
+        # The turns of packed episodes keep their own embeddings (the raw log is never packed).
+        # An episode's centroid blurs the one turn a question is about, so the most recent
+        # PACKED_TURNS turns are also ranked exactly, each episode by its best turn; older ones
+        # are reached through the centroid index above.
+        parts.append(
+            f"(SELECT 'p' AS src, s.episode_id AS id, max(s.sim) AS score FROM (SELECT t.episode_id, "
+            f"1 - (t.embedding <=> %s::vector) AS sim FROM episodes_turn t JOIN episodes_episode e "
+            f"ON e.id = t.episode_id WHERE t.tenant_id = %s AND {where} AND t.embedding IS NOT NULL "
+            f"ORDER BY t.id DESC LIMIT %s) s GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
+        )
+        args.extend([literal, tenant_id, *params, PACKED_TURNS, k])
     if text and text.strip():
         # Full text ranks a bounded candidate set (ts_rank_cd over tens of thousands of matches
         # costs hundreds of ms, DESIGN §9): every episode holding all the query's lexemes,
@@ -94,7 +106,11 @@ def search(
     with connection.cursor() as cursor:
         cursor.execute(" UNION ALL ".join(parts), args)
         rows = cursor.fetchall()
-    vector_hits = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "v"), key=lambda x: -x[1])
+    best: dict[int, float] = {}
+    for src, i, sc in rows:
+        if src in ("v", "p"):
+            best[int(i)] = max(best.get(int(i), -1.0), float(sc))
+    vector_hits = sorted(best.items(), key=lambda x: -x[1])[:k]
     all_words = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "a"), key=lambda x: -x[1])
     any_word = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "o"), key=lambda x: -x[1])
     seen = {i for i, _ in all_words}
