@@ -163,6 +163,11 @@ class Turn(models.Model):
     ingested_at = models.DateTimeField(default=timezone.now, help_text="when the platform received it")
     metadata = models.JSONField(default=dict, blank=True)
     embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    search_vector = models.GeneratedField(
+        expression=SearchVector("text", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
     context_embedding = VectorField(
         dimensions=EMBEDDING_DIM,
         null=True,
@@ -177,6 +182,8 @@ class Turn(models.Model):
         indexes = [
             models.Index(fields=["tenant", "session_id", "seq"], name="turn_tenant_session_seq"),
             models.Index(fields=["episode", "seq"], name="turn_episode_seq"),
+            # Full text over the raw log, for packed episodes searched turn by turn (policy).
+            GinIndex(fields=["search_vector"], name="turn_search_vector"),
         ]
 
     def __str__(self) -> str:

@@ -239,6 +239,7 @@ def _archive_candidates(
         occurred_from=query.occurred_from,
         occurred_to=query.occurred_to,
         include_dormant=query.include_dormant,
+        raw_turns=bool(_policy(tenant).search_packed_turns),
     )
     vector_hits, text_hits = archive.search(
         str(tenant.id), vector=vector, text=query.text, filters=filters, k=k

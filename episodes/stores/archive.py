@@ -27,6 +27,8 @@ class ArchiveFilters:
     occurred_from: datetime | None = None
     occurred_to: datetime | None = None
     include_dormant: bool = False
+    #: also rank packed episodes by their raw turns (vectors and full text), each by its best turn
+    raw_turns: bool = True
 
 
 def _where(tenant_id: str, f: ArchiveFilters) -> tuple[str, list]:
@@ -78,13 +80,14 @@ def search(
         # An episode's centroid blurs the one turn a question is about, so the most recent
         # PACKED_TURNS turns are also ranked exactly, each episode by its best turn; older ones
         # are reached through the centroid index above.
-        parts.append(
-            f"(SELECT 'p' AS src, s.episode_id AS id, max(s.sim) AS score FROM (SELECT t.episode_id, "
-            f"1 - (t.embedding <=> %s::vector) AS sim FROM episodes_turn t JOIN episodes_episode e "
-            f"ON e.id = t.episode_id WHERE t.tenant_id = %s AND {where} AND t.embedding IS NOT NULL "
-            f"ORDER BY t.id DESC LIMIT %s) s GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
-        )
-        args.extend([literal, tenant_id, *params, PACKED_TURNS, k])
+        if filters.raw_turns:
+            parts.append(
+                f"(SELECT 'p' AS src, s.episode_id AS id, max(s.sim) AS score FROM (SELECT t.episode_id, "
+                f"1 - (t.embedding <=> %s::vector) AS sim FROM episodes_turn t JOIN episodes_episode e "
+                f"ON e.id = t.episode_id WHERE t.tenant_id = %s AND {where} AND t.embedding IS NOT NULL "
+                f"ORDER BY t.id DESC LIMIT %s) s GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
+            )
+            args.extend([literal, tenant_id, *params, PACKED_TURNS, k])
     if text and text.strip():
         # Full text ranks a bounded candidate set (ts_rank_cd over tens of thousands of matches
         # costs hundreds of ms, DESIGN §9): every episode holding all the query's lexemes,
@@ -103,6 +106,16 @@ def search(
             f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
         )
         args.extend([text, *params, OR_CANDIDATES, k])
+        if filters.raw_turns:
+            parts.append(
+                f"(SELECT 'r' AS src, s.episode_id AS id, max(s.rank) AS score FROM (SELECT t.episode_id, "
+                f"ts_rank_cd(t.search_vector, q.query) AS rank FROM "
+                f"(SELECT NULLIF(replace(plainto_tsquery('english', %s)::text, '&', '|'), '')::tsquery AS query) q, "
+                f"episodes_turn t JOIN episodes_episode e ON e.id = t.episode_id WHERE q.query IS NOT NULL "
+                f"AND t.tenant_id = %s AND t.search_vector @@ q.query AND {where} LIMIT %s) s "
+                f"GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
+            )
+            args.extend([text, tenant_id, *params, OR_CANDIDATES, k])
     with connection.cursor() as cursor:
         cursor.execute(" UNION ALL ".join(parts), args)
         rows = cursor.fetchall()
@@ -113,8 +126,16 @@ def search(
     vector_hits = sorted(best.items(), key=lambda x: -x[1])[:k]
     all_words = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "a"), key=lambda x: -x[1])
     any_word = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "o"), key=lambda x: -x[1])
-    seen = {i for i, _ in all_words}
-    text_hits = (all_words + [(i, sc) for i, sc in any_word if i not in seen])[:k]
+    by_turn = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "r"), key=lambda x: -x[1])
+    text_hits = []
+    seen: set[int] = set()
+    # Raw-turn matches rank first when searched (a turn is where a question's words are);
+    # then the shape's all-words and any-word matches.
+    for i, sc in by_turn + all_words + any_word:
+        if i not in seen:
+            seen.add(i)
+            text_hits.append((i, sc))
+    text_hits = text_hits[:k]
     return vector_hits, text_hits
 
 
