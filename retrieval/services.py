@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import F, Q
 
 from episodes import selectors as episode_selectors
-from episodes.models import Episode, Layer, Link, State, Turn
+from episodes.models import Episode, Layer, Link, LinkKind, State, Turn
 from episodes.services import EpisodeNotFound, episodes_index_hot
 from episodes.stores import archive
 from episodes.stores.hot import HotFilters, HotUnavailable, hot_store
@@ -66,15 +66,6 @@ def default_weights(tenant: Tenant) -> RetrievalWeights:
         vector=float(policy.rrf_vector_weight),
         text=float(policy.rrf_text_weight),
         k=int(policy.rrf_k),
-        candidates=int(memory_settings.SEARCH_CANDIDATES),
-    )
-
-
-def conf_weights() -> RetrievalWeights:
-    return RetrievalWeights(
-        vector=float(memory_settings.RRF_VECTOR_WEIGHT),
-        text=float(memory_settings.RRF_TEXT_WEIGHT),
-        k=int(memory_settings.RRF_K),
         candidates=int(memory_settings.SEARCH_CANDIDATES),
     )
 
@@ -501,7 +492,7 @@ def context(
 ) -> dict[str, Any]:
     """Anchors, then the session's hot episodes (newest first), then the memories relevant to
     ``query_text``, each added whole while it fits in ``max_tokens``."""
-    sections: dict[str, list[dict[str, Any]]] = {"anchors": [], "session": [], "relevant": []}
+    sections: dict[str, list[dict[str, Any]]] = {"anchors": [], "session": [], "relevant": [], "linked": []}
     used = 0
     seen: set[int] = set()
     lines: list[str] = []
@@ -540,6 +531,11 @@ def context(
             now=now,
         ).hits
     ids = [e.pk for e in anchors + session_eps] + [h.episode.pk for h in relevant]
+    # What the relevant memories link to comes last, if the budget allows: following a link is a
+    # traversal (seed 002), not an access.
+    linked_ids = linked_from(tenant=tenant, episode_ids=[h.episode.pk for h in relevant], exclude=set(ids))
+    linked = list(Episode.objects.filter(tenant=tenant, pk__in=linked_ids))
+    ids += [e.pk for e in linked]
     turns = turns_for(ids, full=set(ids))
     for episode in anchors:
         add("anchors", episode, _render(episode, turns.get(episode.pk, [])), {})
@@ -552,8 +548,10 @@ def context(
             _render(hit.episode, turns.get(hit.episode.pk, []), hit.matched),
             {"score": round(hit.score, 6)},
         )
-    used_ids = sorted(seen)
-    record_access(tenant=tenant, episode_ids=used_ids, now=now)
+    for episode in linked:
+        add("linked", episode, _render(episode, turns.get(episode.pk, [])), {})
+    traversed = sorted(e.pk for e in linked if e.pk in seen)
+    record_access(tenant=tenant, episode_ids=sorted(seen - set(traversed)), traversed=traversed, now=now)
     text = _render_text(sections)
     return {"sections": sections, "text": text, "tokens": used, "max_tokens": max_tokens}
 
@@ -573,7 +571,12 @@ def _render(episode: Episode, turns: list[Turn], matched: list[tuple[int, float]
 
 
 def _render_text(sections: dict[str, list[dict[str, Any]]]) -> str:
-    titles = {"anchors": "Standing facts", "session": "This conversation", "relevant": "Relevant memories"}
+    titles = {
+        "anchors": "Standing facts",
+        "session": "This conversation",
+        "relevant": "Relevant memories",
+        "linked": "Linked memories",
+    }
     parts = []
     for name, items in sections.items():
         if items:
@@ -598,13 +601,12 @@ def feedback(*, tenant: Tenant, used: list[int], unused: list[int], now: datetim
     return {"used": len(used), "unused": len(unused)}
 
 
-def follow_links(*, tenant: Tenant, episode_ids: list[int], now: datetime) -> list[int]:
-    """Episodes reached through a link from ``episode_ids``; each counts as a traversal."""
-    targets = list(
-        Link.objects.filter(tenant=tenant, src_id__in=episode_ids)
-        .exclude(dst_id__in=episode_ids)
+def linked_from(*, tenant: Tenant, episode_ids: list[int], exclude: set[int]) -> list[int]:
+    """Live episodes the given ones link to (a merged copy is not followed)."""
+    return list(
+        Link.objects.filter(tenant=tenant, src_id__in=episode_ids, dst__state=State.ACTIVE)
+        .exclude(kind=LinkKind.MERGED_INTO)
+        .exclude(dst_id__in=exclude)
         .values_list("dst_id", flat=True)
-        .distinct()
+        .distinct()[:20]
     )
-    record_access(tenant=tenant, episode_ids=[], traversed=targets, now=now)
-    return targets

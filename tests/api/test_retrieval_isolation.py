@@ -20,7 +20,8 @@ def test_outsider_search_activate_context(ours, outsider):
     assert outsider.post("/api/v1/activate", {"kind": "secret"}).json()["results"] == []
     assert outsider.post("/api/v1/activate", {"kind": "secret", "query": "vault"}).json()["results"] == []
     ctx = outsider.post("/api/v1/context", {"session_id": "s1", "query": "vault code"}).json()
-    assert ctx["sections"] == {"anchors": [], "session": [], "relevant": []} and "4471" not in ctx["text"]
+    assert ctx["sections"] == {"anchors": [], "session": [], "relevant": [], "linked": []}
+    assert "4471" not in ctx["text"]
 
 
 def test_outsider_unpack_and_feedback_are_404(ours, outsider):

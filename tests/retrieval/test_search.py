@@ -229,3 +229,19 @@ def test_activate_context_and_feedback(caller, corpus):
     response = caller.post("/api/v1/feedback", {"used": [corpus["trip"]], "unused": [corpus["cooking"]]})
     assert response.status_code == 200
     assert caller.post("/api/v1/feedback", {"used": [999999]}).status_code == 404
+
+
+def test_context_follows_links_and_counts_a_traversal(caller, corpus):
+    caller.post(
+        f"/api/v1/memories/{corpus['cooking']}/links", {"target_id": corpus["memory"], "kind": "references"}
+    )
+    before = Episode.objects.get(pk=corpus["memory"])
+    ctx = caller.post(
+        "/api/v1/context", {"query": "sourdough starter rye flour", "max_tokens": 2000, "limit": 1}
+    ).json()
+    assert [x["episode_id"] for x in ctx["sections"]["relevant"]] == [corpus["cooking"]]
+    assert [x["episode_id"] for x in ctx["sections"]["linked"]] == [corpus["memory"]]
+    assert "Linked memories" in ctx["text"]
+    after = Episode.objects.get(pk=corpus["memory"])
+    assert after.traverse_count == before.traverse_count + 1
+    assert after.access_count == before.access_count
