@@ -6,6 +6,8 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils import timezone
 
+from memory_platform.admin_base import ReadOnlyAdmin
+
 from . import services
 from .models import Episode, Link, Turn
 
@@ -134,7 +136,7 @@ class EpisodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(Turn)
-class TurnAdmin(admin.ModelAdmin):
+class TurnAdmin(ReadOnlyAdmin):
     list_display = ("id", "tenant", "session_id", "seq", "role", "short_text", "occurred_at", "episode")
     list_filter = ("tenant", "role")
     list_select_related = ("tenant", "episode")
@@ -145,15 +147,6 @@ class TurnAdmin(admin.ModelAdmin):
     @admin.display(description="text")
     def short_text(self, obj: Turn) -> str:
         return obj.text[:80]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Link)

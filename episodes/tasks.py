@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from .indexing import episodes_index_hot
 from .models import Episode
-from .services import episodes_index_hot
 
 
 def index_episodes(episode_ids: list[int]) -> int:

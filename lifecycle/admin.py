@@ -9,8 +9,11 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from memory_platform.admin_base import ReadOnlyAdmin
+
 from .candidates import CandidateError, candidate_approve, candidate_reject
-from .models import PRESETS, Candidate, JournalEntry, MemoryPolicy, Preset, TickRun, apply_preset
+from .models import Candidate, JournalEntry, MemoryPolicy, Preset, TickRun
+from .presets import PRESETS, apply_preset
 from .rollback import RollbackError, rollback_journal_entry
 
 FIELDSETS: tuple[tuple[str | None, dict[str, Any]], ...] = (
@@ -160,19 +163,6 @@ class MemoryPolicyAdmin(admin.ModelAdmin):
     @admin.action(description="Apply preset: FSRS-6 (seed 004)")
     def apply_fsrs(self, request: HttpRequest, queryset: QuerySet[MemoryPolicy]) -> None:
         self._apply(request, queryset, Preset.FSRS)
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Written by the lifecycle only; operators read (rollback comes with the tick's services)."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(TickRun)

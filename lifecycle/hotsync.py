@@ -12,8 +12,8 @@ import logging
 
 from django.db.models import Q
 
+from episodes.indexing import episodes_index_hot, hot_remove
 from episodes.models import Episode, Layer, State
-from episodes.services import episodes_index_hot, hot_remove
 from episodes.stores.hot import HotUnavailable, hot_store
 from memory_platform.tenancy.models import Tenant
 

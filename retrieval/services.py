@@ -15,12 +15,11 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 
 from episodes import selectors as episode_selectors
-from episodes.models import Episode, Layer, Link, LinkKind, State, Turn
-from episodes.services import EpisodeNotFound, episodes_index_hot
+from episodes.models import Episode, Layer, State, Turn
+from episodes.services import EpisodeNotFound
 from episodes.stores import archive
 from episodes.stores.hot import HotFilters, HotUnavailable, hot_store
 from memory_platform.conf import memory_settings
@@ -129,8 +128,8 @@ def search(
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
     if Layer.HOT in layers:
         try:
-            if not hot_store().is_ready():
-                raise HotUnavailable[0]("redis is loading")
+            # A Redis still loading its data answers LOADING, which redis-py raises as
+            # BusyLoadingError (a RedisError): it lands in the degraded branch below like an outage.
             hot_turns, hot_explain = _hot_candidates(tenant, query, vector, k, weights)
             explain.update(hot_explain)
             for episode_id, turns in hot_turns.items():
@@ -366,6 +365,8 @@ def search_shaped(*, tenant: Tenant, query: SearchQuery, now: datetime) -> dict[
     result = search(tenant=tenant, query=query, now=now)
     deep = query.depth == "deep"
     if deep:
+        from .unpack import unpack
+
         for hit in result.hits:
             if hit.episode.layer != Layer.HOT:
                 unpack(tenant=tenant, episode_id=hit.episode.pk, now=now, record=False)
@@ -411,179 +412,6 @@ def activate(
     return {"results": [hit_shape(h, turns, False) for h in hits], "degraded": False}
 
 
-# --- unpacking (seed 001 re-actualisation) --------------------------------------------------------
-def unpack(*, tenant: Tenant, episode_id: int, now: datetime, record: bool = True) -> dict[str, Any]:
-    """Restore an episode whole from its turns and make it current: back to hot, re-embedded,
-    indexed again. The packed shape is kept (marked restored) so the move can be undone."""
-    with transaction.atomic():
-        episode = (
-            Episode.objects.select_for_update()
-            .filter(tenant=tenant, pk=episode_id)
-            .exclude(state=State.FORGOTTEN)
-            .first()
-        )
-        if episode is None:
-            raise EpisodeNotFound(episode_id)
-        previous_layer = episode.layer
-        if previous_layer != Layer.HOT:
-            from lifecycle.journal import snapshot
-
-            before = snapshot(episode)
-            turns = list(episode.turns.order_by("seq", "id"))
-            embedder = get_embedder(tenant.embedder)
-            if embedder.computes:
-                vectors = embedder.embed([t.text for t in turns])
-                for turn, vector in zip(turns, vectors, strict=True):
-                    turn.embedding = vector
-                Turn.objects.bulk_update(turns, ["embedding"])
-                centroid = np.asarray(vectors, dtype=np.float32).sum(axis=0)
-                episode.embedding = centroid / (np.linalg.norm(centroid) or 1.0)
-            episode.layer = Layer.HOT
-            episode.restored_at = now
-            episode.search_text = "\n".join(t.text for t in turns)[:200_000]
-            episode.needs_reindex = True
-            episode.save(update_fields=["layer", "restored_at", "embedding", "search_text", "needs_reindex"])
-            _journal_unpack(tenant, episode, before, now)
-        Episode.objects.filter(pk=episode.pk).update(
-            access_count=F("access_count") + (1 if record else 0),
-            last_accessed_at=now,
-            version=F("version") + 1,
-        )
-        if previous_layer != Layer.HOT:
-            transaction.on_commit(lambda: _index_quietly(episode.pk))
-    episode.refresh_from_db()
-    body = episode_selectors.episode_shape(episode, deep=True)
-    body["unpacked_from"] = previous_layer
-    return body
-
-
-def _journal_unpack(tenant: Tenant, episode: Episode, before: dict[str, Any], now: datetime) -> None:
-    """Upward migration is journaled with the full prior shape, so a rollback is exact."""
-    from lifecycle.journal import journal_record
-
-    journal_record(
-        tenant=tenant, episode=episode, action="unpack", before=before, after={"layer": Layer.HOT}, now=now
-    )
-
-
-def _index_quietly(episode_id: int) -> None:
-    try:
-        episodes_index_hot([episode_id])
-    except HotUnavailable as exc:
-        logger.warning("unpacked episode %s waits for the hot index: %s", episode_id, exc)
-
-
-# --- context assembly -----------------------------------------------------------------------------
-def estimate_tokens(text: str) -> int:
-    """About four characters a token for English; good enough to respect a budget."""
-    return max(1, math.ceil(len(text) / 4))
-
-
-def context(
-    *,
-    tenant: Tenant,
-    session_id: str | None,
-    query_text: str,
-    max_tokens: int,
-    now: datetime,
-    user_id: str | None = None,
-    agent_id: str | None = None,
-    limit: int = 10,
-) -> dict[str, Any]:
-    """Anchors, then the session's hot episodes (newest first), then the memories relevant to
-    ``query_text``, each added whole while it fits in ``max_tokens``."""
-    sections: dict[str, list[dict[str, Any]]] = {"anchors": [], "session": [], "relevant": [], "linked": []}
-    used = 0
-    seen: set[int] = set()
-    lines: list[str] = []
-
-    def add(section: str, episode: Episode, text: str, extra: dict[str, Any]) -> bool:
-        nonlocal used
-        cost = estimate_tokens(text)
-        if episode.pk in seen or used + cost > max_tokens:
-            return False
-        used += cost
-        seen.add(episode.pk)
-        sections[section].append({"episode_id": episode.pk, "layer": episode.layer, "text": text, **extra})
-        lines.append(text)
-        return True
-
-    scope_q = Q()
-    if user_id is not None:
-        scope_q &= Q(user_id=user_id)
-    anchors = list(
-        Episode.objects.for_tenant(tenant)
-        .filter(scope_q, anchor=True, state=State.ACTIVE)
-        .order_by("-last_accessed_at")[:50]
-    )
-    session_eps: list[Episode] = []
-    if session_id:
-        session_eps = list(
-            Episode.objects.for_tenant(tenant)
-            .filter(session_id=session_id, layer=Layer.HOT, state=State.ACTIVE)
-            .order_by("-last_occurred_at")[:20]
-        )
-    relevant: list[Hit] = []
-    if query_text.strip():
-        relevant = search(
-            tenant=tenant,
-            query=SearchQuery(text=query_text, user_id=user_id, agent_id=agent_id, limit=limit),
-            now=now,
-        ).hits
-    ids = [e.pk for e in anchors + session_eps] + [h.episode.pk for h in relevant]
-    # What the relevant memories link to comes last, if the budget allows: following a link is a
-    # traversal (seed 002), not an access.
-    linked_ids = linked_from(tenant=tenant, episode_ids=[h.episode.pk for h in relevant], exclude=set(ids))
-    linked = list(Episode.objects.filter(tenant=tenant, pk__in=linked_ids))
-    ids += [e.pk for e in linked]
-    turns = turns_for(ids, full=set(ids))
-    for episode in anchors:
-        add("anchors", episode, _render(episode, turns.get(episode.pk, [])), {})
-    for episode in session_eps:
-        add("session", episode, _render(episode, turns.get(episode.pk, [])), {})
-    for hit in relevant:
-        add(
-            "relevant",
-            hit.episode,
-            _render(hit.episode, turns.get(hit.episode.pk, []), hit.matched),
-            {"score": round(hit.score, 6)},
-        )
-    for episode in linked:
-        add("linked", episode, _render(episode, turns.get(episode.pk, [])), {})
-    traversed = sorted(e.pk for e in linked if e.pk in seen)
-    record_access(tenant=tenant, episode_ids=sorted(seen - set(traversed)), traversed=traversed, now=now)
-    text = _render_text(sections)
-    return {"sections": sections, "text": text, "tokens": used, "max_tokens": max_tokens}
-
-
-def _render(episode: Episode, turns: list[Turn], matched: list[tuple[int, float]] | None = None) -> str:
-    when = episode.last_occurred_at.date().isoformat()
-    if episode.layer == Layer.WARM:
-        points = "; ".join(episode.key_points) or episode.summary
-        return f"[{when}] {episode.title}: {points}"
-    if episode.layer == Layer.COLD:
-        return f"[{when}] {episode.headline or episode.title}"
-    if matched and len(turns) > 6:
-        wanted = {t for t, _ in matched[:4]}
-        turns = [t for t in turns if t.pk in wanted]
-    body = " ".join(f"{t.role}: {t.text}" for t in turns)
-    return f"[{when}] {body}"
-
-
-def _render_text(sections: dict[str, list[dict[str, Any]]]) -> str:
-    titles = {
-        "anchors": "Standing facts",
-        "session": "This conversation",
-        "relevant": "Relevant memories",
-        "linked": "Linked memories",
-    }
-    parts = []
-    for name, items in sections.items():
-        if items:
-            parts.append(f"## {titles[name]}\n" + "\n".join(f"- {item['text']}" for item in items))
-    return "\n\n".join(parts)
-
-
 # --- feedback -------------------------------------------------------------------------------------
 def feedback(*, tenant: Tenant, used: list[int], unused: list[int], now: datetime) -> dict[str, int]:
     """Which returned memories the agent used. Used ones count as an access; unused ones are a
@@ -599,14 +427,3 @@ def feedback(*, tenant: Tenant, used: list[int], unused: list[int], now: datetim
 
     feedback_review(tenant=tenant, used=used, unused=unused, now=now)
     return {"used": len(used), "unused": len(unused)}
-
-
-def linked_from(*, tenant: Tenant, episode_ids: list[int], exclude: set[int]) -> list[int]:
-    """Live episodes the given ones link to (a merged copy is not followed)."""
-    return list(
-        Link.objects.filter(tenant=tenant, src_id__in=episode_ids, dst__state=State.ACTIVE)
-        .exclude(kind=LinkKind.MERGED_INTO)
-        .exclude(dst_id__in=exclude)
-        .values_list("dst_id", flat=True)
-        .distinct()[:20]
-    )

@@ -135,7 +135,7 @@ class MemoryDetailView(TenantAPIView):
         if depth not in {"shallow", "deep"}:
             raise ValidationError({"depth": ["must be 'shallow' or 'deep'"]})
         if depth == "deep":
-            from retrieval.services import unpack  # the read path owns re-actualisation
+            from retrieval.unpack import unpack  # the read path owns re-actualisation
 
             try:
                 return Response(unpack(tenant=self.tenant, episode_id=episode_id, now=timezone.now()))

@@ -13,6 +13,10 @@ import numpy as np
 from django.db import connection
 
 OR_CANDIDATES = 2000
+# The query's lexemes OR-ed: a question rarely shares every word with its answer.
+_ANY_WORD_QUERY = (
+    "(SELECT NULLIF(replace(plainto_tsquery('english', %s)::text, '&', '|'), '')::tsquery AS query)"
+)
 PACKED_TURNS = 5000
 
 
@@ -101,7 +105,7 @@ def search(
         args.extend([text, *params, k])
         parts.append(
             f"(SELECT 'o' AS src, c.id, ts_rank_cd(c.search_vector, q.query) AS score FROM "
-            f"(SELECT NULLIF(replace(plainto_tsquery('english', %s)::text, '&', '|'), '')::tsquery AS query) q, "
+            f"{_ANY_WORD_QUERY} q, "
             f"LATERAL (SELECT e.id, e.search_vector FROM episodes_episode e WHERE q.query IS NOT NULL "
             f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
         )
@@ -110,7 +114,7 @@ def search(
             parts.append(
                 f"(SELECT 'r' AS src, s.episode_id AS id, max(s.rank) AS score FROM (SELECT t.episode_id, "
                 f"ts_rank_cd(t.search_vector, q.query) AS rank FROM "
-                f"(SELECT NULLIF(replace(plainto_tsquery('english', %s)::text, '&', '|'), '')::tsquery AS query) q, "
+                f"{_ANY_WORD_QUERY} q, "
                 f"episodes_turn t JOIN episodes_episode e ON e.id = t.episode_id WHERE q.query IS NOT NULL "
                 f"AND t.tenant_id = %s AND t.search_vector @@ q.query AND {where} LIMIT %s) s "
                 f"GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"

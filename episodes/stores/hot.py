@@ -301,12 +301,6 @@ class HotStore:
         expr = self._filter(tenant_hex, doctype, HotFilters(exclude_dormant=False))
         return int(self.index.query(CountQuery(filter_expression=expr)))
 
-    def is_ready(self) -> bool:
-        try:
-            return not self.client.info("persistence").get("loading")
-        except HotUnavailable:
-            return False
-
 
 _store: HotStore | None = None
 

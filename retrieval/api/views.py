@@ -12,7 +12,9 @@ from episodes.services import EpisodeNotFound
 from memory_platform.api.base import TenantAPIView
 
 from .. import services
+from ..context import context
 from ..query import SearchQuery
+from ..unpack import unpack
 from . import serializers as s
 
 
@@ -86,7 +88,7 @@ class ContextView(TenantAPIView):
         d = serializer.validated_data
         scope = _scope(d)
         return Response(
-            services.context(
+            context(
                 tenant=self.tenant,
                 session_id=scope["session_id"],
                 query_text=d["query"],
@@ -105,7 +107,7 @@ class UnpackView(TenantAPIView):
     @extend_schema(request=None, responses={200: dict}, summary="Deep unpack: restore whole, back to hot")
     def post(self, request: Request, episode_id: int) -> Response:
         try:
-            return Response(services.unpack(tenant=self.tenant, episode_id=episode_id, now=timezone.now()))
+            return Response(unpack(tenant=self.tenant, episode_id=episode_id, now=timezone.now()))
         except EpisodeNotFound:
             raise NotFound(f"memory {episode_id} not found") from None
 

@@ -24,8 +24,8 @@ import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
+from episodes.indexing import turn_documents
 from episodes.models import Episode, Turn
-from episodes.services import turn_documents
 from episodes.stores.hot import hot_store
 from memory_platform.embedded.redis import free_port
 from memory_platform.embeddings import get_embedder

@@ -26,8 +26,9 @@ from episodes.services import Scope, TurnInput, turns_ingest
 from episodes.stores.hot import hot_store
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
+from retrieval.context import estimate_tokens
 from retrieval.query import SearchQuery
-from retrieval.services import RetrievalWeights, estimate_tokens, search
+from retrieval.services import RetrievalWeights, search
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"

@@ -10,7 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 from fsrs.scheduler import DEFAULT_PARAMETERS
 
-from lifecycle.models import PRESETS, JournalEntry, MemoryPolicy, TickRun, apply_preset, policy_for
+from lifecycle.models import JournalEntry, MemoryPolicy, TickRun, policy_for
+from lifecycle.presets import PRESETS, apply_preset
 from memory_platform.tenancy.services import tenant_create
 
 pytestmark = pytest.mark.django_db

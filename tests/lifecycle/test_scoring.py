@@ -10,7 +10,8 @@ import pytest
 from fsrs import Rating
 
 from episodes.models import Layer, State
-from lifecycle.models import MemoryPolicy, apply_preset
+from lifecycle.models import MemoryPolicy
+from lifecycle.presets import apply_preset
 from lifecycle.scoring import (
     EpisodeStats,
     activity_score,

@@ -3,8 +3,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.conf import settings
 
+from episodes.indexing import hot_remove
 from episodes.models import Episode, Turn
-from episodes.services import hot_remove
 from episodes.stores.hot import hot_store
 from memory_platform.redis_client import get_redis
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from episodes.services import rebuild_hot
+from episodes.indexing import rebuild_hot
 from memory_platform.tenancy.models import Tenant
 
 

@@ -1,0 +1,132 @@
+"""The hot index, kept from Postgres: which documents an episode has in Redis, and writing them.
+
+Postgres is the system of record; everything here can be rebuilt from it (`rebuild_hot`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memory_platform.embeddings import get_embedder
+from memory_platform.tenancy.models import Tenant
+
+from .models import Episode, Layer, State, Turn
+from .stores.hot import HotUnavailable, TurnDoc, hot_store
+
+logger = logging.getLogger(__name__)
+
+
+def _normalise(vector: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+def episodes_index_hot(episode_ids: Sequence[int]) -> int:
+    """Index hot episodes (and their turns) in Redis from Postgres; clear their reindex mark.
+
+    Turns still lacking an embedding (async ingest) are embedded first. Raises on Redis errors.
+    """
+    store = hot_store()
+    episodes = list(
+        Episode.objects.filter(pk__in=episode_ids, layer=Layer.HOT)
+        .exclude(state=State.FORGOTTEN)
+        .select_related("tenant")
+    )
+    indexed = 0
+    for episode in episodes:
+        turns = list(episode.turns.order_by("seq", "id"))
+        embed_turns(episode, turns)
+        store.index_episode(episode, turn_documents(episode, turns))
+        # Only clear the mark if nothing changed since we read the episode; otherwise the newer
+        # write has queued (or will need) its own indexing.
+        Episode.objects.filter(pk=episode.pk, version=episode.version).update(needs_reindex=False)
+        indexed += 1
+    return indexed
+
+
+def window_text(turns: Sequence[Turn], i: int) -> str:
+    """A turn with its neighbours in the episode. A reply often only makes sense next to what it
+    answers ("Yes, last Tuesday"), so the hot index searches turns in their local context; on
+    LoCoMo this lifts BM25 Recall@10 from 0.62 to 0.72 (see the retrieval notes)."""
+    parts = [turns[j].text for j in (i - 1, i, i + 1) if 0 <= j < len(turns)]
+    return "\n".join(parts)
+
+
+def turn_documents(episode: Episode, turns: list[Turn]) -> list[TurnDoc]:
+    """The hot documents of an episode's turns: window text, and the turn's own embedding
+    blended with the embedding of its window (computed once, stored, refreshed when stale)."""
+    embedder = get_embedder(episode.tenant.embedder)
+    stale = [i for i, t in enumerate(turns) if t.context_embedding is None and t.embedding is not None]
+    if stale and embedder.computes:
+        vectors = embedder.embed([window_text(turns, i) for i in stale])
+        for i, vector in zip(stale, vectors, strict=True):
+            turns[i].context_embedding = vector
+        Turn.objects.bulk_update([turns[i] for i in stale], ["context_embedding"])
+    docs = []
+    for i, turn in enumerate(turns):
+        if turn.embedding is None:
+            continue  # provided-vector turns without a vector stay out of the vector index
+        own = np.asarray(turn.embedding, dtype=np.float32)
+        if turn.context_embedding is not None:
+            vector = own + np.asarray(turn.context_embedding, dtype=np.float32)
+        else:
+            # Caller-provided vectors: nothing to embed, so blend in the neighbours' own vectors.
+            vector = own.copy()
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(turns) and turns[j].embedding is not None:
+                    vector += 0.5 * np.asarray(turns[j].embedding, dtype=np.float32)
+        docs.append(TurnDoc(turn=turn, text=window_text(turns, i), vector=_normalise(vector)))
+    return docs
+
+
+def embed_turns(episode: Episode, turns: list[Turn], *, only_missing: bool = True) -> None:
+    """Embed an episode's turns (those still without a vector, or all of them) and refresh its
+    centroid. Async ingest indexes with it; unpacking re-embeds everything with it."""
+    todo = [t for t in turns if t.embedding is None] if only_missing else list(turns)
+    if not todo:
+        return
+    embedder = get_embedder(episode.tenant.embedder)
+    if not embedder.computes:
+        return  # provided vectors: nothing to compute; such turns stay out of the vector index
+    vectors = embedder.embed([t.text for t in todo])
+    for turn, vector in zip(todo, vectors, strict=True):
+        turn.embedding = vector
+    Turn.objects.bulk_update(todo, ["embedding"])
+    stacked = np.stack([np.asarray(t.embedding, dtype=np.float32) for t in turns if t.embedding is not None])
+    episode.embedding = _normalise(stacked.sum(axis=0))
+    Episode.objects.filter(pk=episode.pk).update(embedding=episode.embedding)
+
+
+def hot_remove(episode: Episode) -> bool:
+    turn_ids = list(episode.turns.values_list("id", flat=True))
+    try:
+        hot_store().remove_episode(episode.tenant_id.hex, episode.pk, turn_ids)
+        return True
+    except HotUnavailable as exc:
+        logger.warning("could not remove episode %s from the hot index: %s", episode.pk, exc)
+        Episode.objects.filter(pk=episode.pk).update(needs_reindex=True)
+        return False
+
+
+def rebuild_hot(*, tenant: Tenant | None = None, batch: int = 200, progress: Any = None) -> int:
+    """Rebuild the hot index from Postgres: drop the tenant's documents, index every hot episode."""
+    store = hot_store()
+    store.ensure_index()
+    tenants = [tenant] if tenant is not None else list(Tenant.objects.all())
+    total = 0
+    for t in tenants:
+        store.drop_tenant(t.id.hex)
+        ids = list(
+            Episode.objects.filter(tenant=t, layer=Layer.HOT)
+            .exclude(state=State.FORGOTTEN)
+            .values_list("pk", flat=True)
+        )
+        for start in range(0, len(ids), batch):
+            total += episodes_index_hot(ids[start : start + batch])
+            if progress:
+                progress(t, min(start + batch, len(ids)), len(ids))
+    return total

@@ -1,0 +1,136 @@
+"""Context assembly: what an agent should put in its prompt for a session now."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from episodes.models import Episode, Layer, Link, LinkKind, State, Turn
+from memory_platform.tenancy.models import Tenant
+
+from .query import SearchQuery
+from .services import Hit, record_access, search, turns_for
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters a token for English; good enough to respect a budget."""
+    return max(1, math.ceil(len(text) / 4))
+
+
+def context(
+    *,
+    tenant: Tenant,
+    session_id: str | None,
+    query_text: str,
+    max_tokens: int,
+    now: datetime,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    limit: int = 10,
+) -> dict[str, Any]:
+    """Anchors, then the session's hot episodes (newest first), then the memories relevant to
+    ``query_text``, each added whole while it fits in ``max_tokens``."""
+    sections: dict[str, list[dict[str, Any]]] = {"anchors": [], "session": [], "relevant": [], "linked": []}
+    used = 0
+    seen: set[int] = set()
+    lines: list[str] = []
+
+    def add(section: str, episode: Episode, text: str, extra: dict[str, Any]) -> bool:
+        nonlocal used
+        cost = estimate_tokens(text)
+        if episode.pk in seen or used + cost > max_tokens:
+            return False
+        used += cost
+        seen.add(episode.pk)
+        sections[section].append({"episode_id": episode.pk, "layer": episode.layer, "text": text, **extra})
+        lines.append(text)
+        return True
+
+    scope_q = Q()
+    if user_id is not None:
+        scope_q &= Q(user_id=user_id)
+    anchors = list(
+        Episode.objects.for_tenant(tenant)
+        .filter(scope_q, anchor=True, state=State.ACTIVE)
+        .order_by("-last_accessed_at")[:50]
+    )
+    session_eps: list[Episode] = []
+    if session_id:
+        session_eps = list(
+            Episode.objects.for_tenant(tenant)
+            .filter(session_id=session_id, layer=Layer.HOT, state=State.ACTIVE)
+            .order_by("-last_occurred_at")[:20]
+        )
+    relevant: list[Hit] = []
+    if query_text.strip():
+        relevant = search(
+            tenant=tenant,
+            query=SearchQuery(text=query_text, user_id=user_id, agent_id=agent_id, limit=limit),
+            now=now,
+        ).hits
+    ids = [e.pk for e in anchors + session_eps] + [h.episode.pk for h in relevant]
+    # What the relevant memories link to comes last, if the budget allows: following a link is a
+    # traversal (seed 002), not an access.
+    linked_ids = linked_from(tenant=tenant, episode_ids=[h.episode.pk for h in relevant], exclude=set(ids))
+    linked = list(Episode.objects.filter(tenant=tenant, pk__in=linked_ids))
+    ids += [e.pk for e in linked]
+    turns = turns_for(ids, full=set(ids))
+    for episode in anchors:
+        add("anchors", episode, _render(episode, turns.get(episode.pk, [])), {})
+    for episode in session_eps:
+        add("session", episode, _render(episode, turns.get(episode.pk, [])), {})
+    for hit in relevant:
+        add(
+            "relevant",
+            hit.episode,
+            _render(hit.episode, turns.get(hit.episode.pk, []), hit.matched),
+            {"score": round(hit.score, 6)},
+        )
+    for episode in linked:
+        add("linked", episode, _render(episode, turns.get(episode.pk, [])), {})
+    traversed = sorted(e.pk for e in linked if e.pk in seen)
+    record_access(tenant=tenant, episode_ids=sorted(seen - set(traversed)), traversed=traversed, now=now)
+    text = _render_text(sections)
+    return {"sections": sections, "text": text, "tokens": used, "max_tokens": max_tokens}
+
+
+def _render(episode: Episode, turns: list[Turn], matched: list[tuple[int, float]] | None = None) -> str:
+    when = episode.last_occurred_at.date().isoformat()
+    if episode.layer == Layer.WARM:
+        points = "; ".join(episode.key_points) or episode.summary
+        return f"[{when}] {episode.title}: {points}"
+    if episode.layer == Layer.COLD:
+        return f"[{when}] {episode.headline or episode.title}"
+    if matched and len(turns) > 6:
+        wanted = {t for t, _ in matched[:4]}
+        turns = [t for t in turns if t.pk in wanted]
+    body = " ".join(f"{t.role}: {t.text}" for t in turns)
+    return f"[{when}] {body}"
+
+
+def _render_text(sections: dict[str, list[dict[str, Any]]]) -> str:
+    titles = {
+        "anchors": "Standing facts",
+        "session": "This conversation",
+        "relevant": "Relevant memories",
+        "linked": "Linked memories",
+    }
+    parts = []
+    for name, items in sections.items():
+        if items:
+            parts.append(f"## {titles[name]}\n" + "\n".join(f"- {item['text']}" for item in items))
+    return "\n\n".join(parts)
+
+
+def linked_from(*, tenant: Tenant, episode_ids: list[int], exclude: set[int]) -> list[int]:
+    """Live episodes the given ones link to (a merged copy is not followed)."""
+    return list(
+        Link.objects.filter(tenant=tenant, src_id__in=episode_ids, dst__state=State.ACTIVE)
+        .exclude(kind=LinkKind.MERGED_INTO)
+        .exclude(dst_id__in=exclude)
+        .values_list("dst_id", flat=True)
+        .distinct()[:20]
+    )
