@@ -117,7 +117,9 @@ class Episode(models.Model):
     class Meta:
         ordering = ("-last_occurred_at", "-id")
         indexes = [
-            models.Index(fields=["tenant", "layer", "last_accessed_at"], name="episode_tenant_layer_access"),
+            # Usage counters (access_count, last_accessed_at, version) are in no index, so the
+            # update after each search can be a heap-only one (no index writes; see 0007).
+            models.Index(fields=["tenant", "layer"], name="episode_tenant_layer"),
             models.Index(fields=["tenant", "session_id"], name="episode_tenant_session"),
             models.Index(fields=["tenant", "kind"], name="episode_tenant_kind"),
             models.Index(fields=["tenant", "state"], name="episode_tenant_state"),

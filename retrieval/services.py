@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -30,6 +31,8 @@ from .fusion import weighted_rrf
 from .query import SearchQuery
 
 logger = logging.getLogger(__name__)
+
+_hot_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hot-search")
 
 
 @dataclass(frozen=True)
@@ -126,26 +129,31 @@ def search(
 
     layers = tuple(query.layers)
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
-    if Layer.HOT in layers:
+    # Redis answers in a worker thread while Postgres answers here: the two tiers are searched
+    # at the same time (the database connection stays on this thread, inside its transaction).
+    hot_future = (
+        _hot_pool.submit(_hot_candidates, tenant, query, vector, k, weights) if Layer.HOT in layers else None
+    )
+    archive_hits = (
+        _archive_candidates(tenant, query, vector, k, weights, archive_layers) if archive_layers else {}
+    )
+    if hot_future is not None:
         try:
             # A Redis still loading its data answers LOADING, which redis-py raises as
             # BusyLoadingError (a RedisError): it lands in the degraded branch below like an outage.
-            hot_turns, hot_explain = _hot_candidates(tenant, query, vector, k, weights)
+            hot_turns, hot_explain = hot_future.result()
             explain.update(hot_explain)
             for episode_id, turns in hot_turns.items():
                 episode_relevance[episode_id] = turns[0][1]
         except HotUnavailable as exc:
             logger.warning("hot tier unavailable, answering from Postgres: %s", exc)
             degraded = True
-            archive_layers = layers
+            archive_hits = _archive_candidates(tenant, query, vector, k, weights, layers)
 
-    if archive_layers:
-        for episode_id, (score, parts) in _archive_candidates(
-            tenant, query, vector, k, weights, archive_layers
-        ).items():
-            if score > episode_relevance.get(episode_id, 0.0):
-                episode_relevance[episode_id] = score
-                explain[episode_id] = parts
+    for episode_id, (score, parts) in archive_hits.items():
+        if score > episode_relevance.get(episode_id, 0.0):
+            episode_relevance[episode_id] = score
+            explain[episode_id] = parts
 
     # Candidates carry only what ranking needs; vectors and long texts stay in the database.
     episodes = {

@@ -53,3 +53,25 @@ class LocalEmbedder(Embedder):
             show_progress_bar=False,
         )
         return np.asarray(vectors, dtype=np.float32)
+
+    def embed_one(self, text: str) -> np.ndarray:
+        """One text (a search query): the model called directly, without sentence-transformers'
+        batching machinery, which costs more than the forward pass for a short text. Same
+        pipeline: word pieces (max 256), mean pooling over the attention mask, L2 norm."""
+        model = self._load()
+        try:
+            import torch
+
+            transformer = model[0]
+            with torch.inference_mode():
+                features = transformer.tokenizer(
+                    [text], return_tensors="pt", truncation=True, max_length=transformer.max_seq_length
+                )
+                hidden = transformer.auto_model(**features).last_hidden_state
+                mask = features["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+                vector = torch.nn.functional.normalize(pooled, dim=1)[0].numpy()
+        except Exception as exc:
+            raise EmbeddingError(f"local embedding failed: {exc}") from exc
+        return np.asarray(vector, dtype=np.float32)
+

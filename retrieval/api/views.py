@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from episodes.services import EpisodeNotFound
-from memory_platform.api.base import TenantAPIView
+from memory_platform.api.base import AfterResponse, TenantAPIView
 
 from .. import services
 from ..context import context
@@ -44,9 +44,16 @@ class SearchView(TenantAPIView):
             depth=d["depth"],
             include_dormant=d["include_dormant"],
             explain=d["explain"],
+            record_access=False,
             **_scope(d),
         )
-        return Response(services.search_shaped(tenant=self.tenant, query=query, now=timezone.now()))
+        now = timezone.now()
+        body = services.search_shaped(tenant=self.tenant, query=query, now=now)
+        # The accesses are counted once the answer is on its way (same request, same connection).
+        ids = [hit["episode_id"] for hit in body["results"]]
+        return AfterResponse(
+            body, after=lambda: services.record_access(tenant=self.tenant, episode_ids=ids, now=now)
+        )
 
 
 class ActivateView(TenantAPIView):

@@ -1,7 +1,7 @@
 """`bench search`: search latency at 10k / 100k episodes, through the service and over HTTP.
 
 Episodes are bulk-loaded with precomputed vectors (clustered unit vectors, synthetic
-text), written to Postgres and indexed hot in Redis, exactly as ingest would leave them. Queries
+text with a Zipf word distribution, see `text.py`), written to Postgres and indexed hot in Redis, exactly as ingest would leave them. Queries
 run with a caller vector and with the local query embedding (the server embeds the text). HTTP
 runs against a gunicorn started for the run on a free loopback port.
 """
@@ -34,7 +34,7 @@ from memory_platform.tenancy.services import api_key_create, tenant_create
 from retrieval.query import SearchQuery
 from retrieval.services import search
 
-from .ingest import WORDS
+from .text import sentence
 
 BATCH = 2000
 
@@ -60,7 +60,7 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
         vectors = topics[topic_ids] + 0.5 * rng.normal(size=(n, 384)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors_all[offset : offset + n] = vectors
-        texts = [f"note {offset + i}: " + " ".join(rng.choice(WORDS, size=10)) for i in range(n)]
+        texts = [f"note {offset + i}: " + sentence(rng, 20) for i in range(n)]
         when = [start + timedelta(seconds=(200 * 86400 // size) * (offset + i)) for i in range(n)]
         layers = [
             "hot" if offset + i >= hot_from else ("warm" if (offset + i) % 3 else "cold") for i in range(n)
@@ -122,7 +122,7 @@ def _queries(rng: np.random.Generator, vectors: np.ndarray, count: int) -> list[
     for _ in range(count):
         v = vectors[rng.integers(0, len(vectors))] + 0.2 * rng.normal(size=384).astype(np.float32)
         v /= np.linalg.norm(v)
-        out.append((" ".join(rng.choice(WORDS, size=4)), v.tolist()))
+        out.append((sentence(rng, 6), v.tolist()))
     return out
 
 
@@ -156,12 +156,13 @@ class Server:
                 "memory_platform.wsgi:application",
                 "--bind",
                 f"127.0.0.1:{self.port}",
+                # As `make run` serves (gthread), one worker so the model loads once.
                 "--workers",
                 "1",
                 "--threads",
-                "1",
+                "4",
                 "--worker-class",
-                "sync",
+                "gthread",
                 "--log-level",
                 "warning",
             ],
@@ -210,8 +211,17 @@ def measure_http(
     return times
 
 
+def reuse_tenant(size: int) -> tuple[Tenant, np.ndarray] | None:
+    """A bench tenant of this size kept by an earlier `--keep` run, with its episode vectors."""
+    for tenant in Tenant.objects.filter(name__startswith=f"bench-search-{size}-").order_by("-created_at"):
+        vectors = list(Episode.objects.filter(tenant=tenant).values_list("embedding", flat=True)[:size])
+        if len(vectors) == size:
+            return tenant, np.asarray(vectors, dtype=np.float32)
+    return None
+
+
 def run_search_bench(
-    *, sizes: list[int], queries: int, seed: int, keep: bool, log: Callable[[str], None]
+    *, sizes: list[int], queries: int, seed: int, keep: bool, log: Callable[[str], None], reuse: bool = False
 ) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
     get_embedder("local").embed(["warm-up"])
@@ -219,11 +229,17 @@ def run_search_bench(
     server = Server()
     try:
         for size in sizes:
-            log(f"loading {size} episodes")
-            tenant, vectors = load_tenant(size, rng, log)
+            kept = reuse_tenant(size) if reuse else None
+            if kept is not None:
+                tenant, vectors = kept
+                log(f"reusing {tenant.name} ({size} episodes)")
+            else:
+                log(f"loading {size} episodes")
+                tenant, vectors = load_tenant(size, rng, log)
             _, secret = api_key_create(tenant=tenant, name="bench", scopes=["read"])
-            qs = _queries(rng, vectors, queries)
-            warm = qs[: min(20, len(qs))]
+            # Warm-up queries are not measured, and measured queries are never repeats of them.
+            qs = _queries(rng, vectors, queries + 20)
+            warm, qs = qs[:20], qs[20:]
             measure_service(tenant, warm, True)
             measure_http(server.port, secret, warm, True)
             measure_http(server.port, secret, warm, False)
@@ -240,7 +256,7 @@ def run_search_bench(
                     else measure_service(tenant, qs, with_vector)
                 )
                 results.append({"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)})
-            if not keep:
+            if not (keep or reuse):
                 hot_store().drop_tenant(tenant.id.hex)
                 tenant.delete()
     finally:

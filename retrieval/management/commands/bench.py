@@ -20,6 +20,9 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--keep", action="store_true", help="search: keep the loaded tenants")
+        parser.add_argument(
+            "--reuse", action="store_true", help="search: reuse a tenant kept by an earlier --keep run (and keep it)"
+        )
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
         log = (lambda msg: self.stderr.write(msg)) if opts["json"] else (lambda msg: self.stdout.write(msg))
@@ -48,6 +51,7 @@ class Command(BaseCommand):
             queries=opts["queries"],
             seed=opts["seed"],
             keep=opts["keep"],
+            reuse=opts["reuse"],
             log=log,
         )
         if opts["json"]:
