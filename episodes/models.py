@@ -184,8 +184,9 @@ class Turn(models.Model):
         indexes = [
             models.Index(fields=["tenant", "session_id", "seq"], name="turn_tenant_session_seq"),
             models.Index(fields=["episode", "seq"], name="turn_episode_seq"),
-            # Full text over the raw log, for packed episodes searched turn by turn (policy).
-            GinIndex(fields=["search_vector"], name="turn_search_vector"),
+            # The turns of warm and cold episodes are searched through partial HNSW and GIN
+            # indexes on a `packed` column that triggers keep equal to the episode's layer
+            # (migration 0008); the column is not on the model, so Django never writes it.
         ]
 
     def __str__(self) -> str:

@@ -95,7 +95,14 @@ LOG_LEVEL = _choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR", "
 # --- embedded servers -------------------------------------------------------------------------------
 VAR_DIR = Path(env.str("MEMORY_VAR_DIR", default=str(BASE_DIR / "var"))).resolve()
 REDIS_MAXMEMORY = env.str("MEMORY_REDIS_MAXMEMORY", default="1gb")
-EMBEDDED_POSTGRES = None if env.str("DATABASE_URL", default="") else EmbeddedPostgres(VAR_DIR)
+# The embedded server's memory: the default 128 MB of shared buffers cannot hold the HNSW graphs
+# of a 100k-episode tenant (about 180 MB each), and search then reads pages from the OS cache.
+PG_SHARED_BUFFERS = env.str("MEMORY_PG_SHARED_BUFFERS", default="1GB")
+EMBEDDED_POSTGRES = (
+    None
+    if env.str("DATABASE_URL", default="")
+    else EmbeddedPostgres(VAR_DIR, {"shared_buffers": PG_SHARED_BUFFERS, "effective_cache_size": "8GB"})
+)
 EMBEDDED_REDIS = (
     None
     if env.str("REDIS_URL", default="")
@@ -118,7 +125,7 @@ else:
     }
 _db.setdefault("CONN_MAX_AGE", _int("DATABASE_CONN_MAX_AGE", 60))
 # Filtered HNSW scans keep going until they have k rows (pgvector >= 0.8); set once per connection.
-_db.setdefault("OPTIONS", {})["options"] = "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100"
+_db.setdefault("OPTIONS", {})["options"] = "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=40"
 _db.setdefault("CONN_HEALTH_CHECKS", True)
 DATABASES = {"default": _db}
 

@@ -7,6 +7,7 @@ os.environ.setdefault("DEBUG", "1")
 # A short path keeps Postgres' unix socket inside the data directory (sockets max ~107 bytes).
 os.environ["MEMORY_VAR_DIR"] = tempfile.mkdtemp(prefix="mp-test-", dir="/tmp")
 os.environ["MEMORY_REDIS_ANY_PORT"] = "1"
+os.environ.setdefault("MEMORY_PG_SHARED_BUFFERS", "256MB")
 from memory_platform.embedded.redis import free_port  # noqa: E402
 
 os.environ["MEMORY_REDIS_PORT"] = str(free_port())

