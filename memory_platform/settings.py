@@ -126,7 +126,10 @@ else:
 _db.setdefault("CONN_MAX_AGE", _int("DATABASE_CONN_MAX_AGE", 60))
 # Filtered HNSW scans keep going until they have k rows (pgvector >= 0.8); set once per connection.
 _db.setdefault("OPTIONS", {})["options"] = "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=40"
-_db.setdefault("CONN_HEALTH_CHECKS", True)
+# A health check is one more round trip at the start of every request; without it, a request
+# on a connection the server dropped fails once and the connection is replaced (Django closes
+# connections that errored). Turn it on where the database restarts under a running web server.
+_db.setdefault("CONN_HEALTH_CHECKS", _bool("DATABASE_CONN_HEALTH_CHECKS", False))
 DATABASES = {"default": _db}
 
 REDIS_URL = redis_from_url(env.str("REDIS_URL")) if EMBEDDED_REDIS is None else EMBEDDED_REDIS.url()

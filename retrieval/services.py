@@ -157,7 +157,7 @@ def search(
             explain[episode_id] = parts
 
     # Ranking reads five columns of every candidate; only the hits kept are loaded whole.
-    ranked = {row.pk: row for row in _rank_rows(tenant, list(episode_relevance))}
+    ranked = _rank_candidates(tenant, episode_relevance, query.limit, weights)
     if degraded and vector is not None:
         hot_ids = [pk for pk, row in ranked.items() if row.layer == Layer.HOT]
         for episode_id, sims in archive.turn_similarities(hot_ids, vector).items():
@@ -277,6 +277,40 @@ class _RankRow(NamedTuple):
     anchor: bool
     access_count: int
     last_accessed_at: datetime
+
+
+# The seed-003 priority (recency 0.3 + frequency 0.2 + anchor 0.3 + relevance 0.2) is at most 1.
+MAX_PRIORITY = 1.0
+
+
+def _rank_candidates(
+    tenant: Tenant, relevance: dict[int, float], limit: int, weights: RetrievalWeights
+) -> dict[int, _RankRow]:
+    """The candidates that can still reach the top ``limit``, with what ranking reads.
+
+    The priority lifts a score by at most ``1 + weights.priority * MAX_PRIORITY``, so a candidate
+    below the limit-th relevance divided by that factor cannot overtake it: it is never read.
+    (Forgotten candidates drop out here; the bar is then lowered and more are read.)
+    """
+    order = sorted(relevance, key=lambda pk: -relevance[pk])
+    lift = 1.0 + weights.priority * MAX_PRIORITY
+    ranked: dict[int, _RankRow] = {}
+    position = 0
+    while position < len(order):
+        known = sorted((relevance[pk] for pk in ranked), reverse=True)
+        # The bar: the limit-th relevance among the usable candidates read so far, or, until
+        # there are enough, among the unread ones (assuming none is forgotten).
+        pool = known if len(known) >= limit else known + [relevance[pk] for pk in order[position:]]
+        pool.sort(reverse=True)
+        bar = pool[min(limit, len(pool)) - 1] / lift
+        end = position
+        while end < len(order) and relevance[order[end]] >= bar:
+            end += 1
+        if end == position:
+            break
+        ranked.update((row.pk, row) for row in _rank_rows(tenant, order[position:end]))
+        position = end
+    return ranked
 
 
 def _rank_rows(tenant: Tenant, episode_ids: list[int]) -> list[_RankRow]:

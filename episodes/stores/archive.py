@@ -17,7 +17,7 @@ from episodes.models import Layer
 
 # Any-word full text ranks at most this many matches (ranking every match of a common word
 # costs hundreds of ms at 100k rows, DESIGN §9).
-OR_CANDIDATES = 200
+OR_CANDIDATES = 100
 # A lexeme in more than this share of a table's rows (by the planner's statistics) is left out
 # of the any-word query: its posting list is long and, like BM25's IDF, it says little. The
 # all-words query keeps every lexeme.

@@ -5,6 +5,7 @@ caller can forget it; callers pass a tenant, never a raw filter.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 from collections.abc import Iterable, Sequence
@@ -16,6 +17,7 @@ import redis
 from redisvl.index import SearchIndex
 from redisvl.query import CountQuery, FilterQuery, TextQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Num, Tag
+from redisvl.utils.stopwords import get_stopwords
 
 from memory_platform.conf import memory_settings
 from memory_platform.redis_client import get_redis
@@ -28,6 +30,11 @@ HotUnavailable = (redis.RedisError, OSError)
 
 # Query words only: punctuation would reach RediSearch escaped ("group\\?") and match nothing.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+@functools.cache
+def _stopwords() -> frozenset[str]:
+    return frozenset(get_stopwords("english"))
 
 
 @dataclass(frozen=True)
@@ -237,7 +244,9 @@ class HotStore:
                 )
             )
         text_query = None
-        words = " ".join(_WORD.findall(text.lower())) if text else ""
+        # Stopwords out here: redisvl drops them too, but sends "@text:()" (a syntax error)
+        # when nothing is left.
+        words = " ".join(w for w in _WORD.findall(text.lower()) if w not in _stopwords()) if text else ""
         if words:
             try:
                 text_query = TextQuery(

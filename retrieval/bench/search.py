@@ -32,7 +32,7 @@ from memory_platform.embeddings import get_embedder
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import api_key_create, tenant_create
 from retrieval.query import SearchQuery
-from retrieval.services import search
+from retrieval.services import record_access, search
 
 from .text import sentence
 
@@ -127,15 +127,22 @@ def _queries(rng: np.random.Generator, vectors: np.ndarray, count: int) -> list[
 
 
 def measure_service(tenant: Tenant, queries: list[tuple[str, list[float]]], with_vector: bool) -> list[float]:
-    """Time `search()`; without a caller vector the service embeds the text (a `local` tenant)."""
+    """Time `search()`; without a caller vector the service embeds the text (a `local` tenant).
+    Accesses are recorded after each timed call, as the API records them after answering."""
     times = []
     for text, vector in queries:
         q = SearchQuery(
-            text=text, vector=np.asarray(vector, dtype=np.float32) if with_vector else None, limit=10
+            text=text,
+            vector=np.asarray(vector, dtype=np.float32) if with_vector else None,
+            limit=10,
+            record_access=False,
         )
+        now = timezone.now()
         started = time.perf_counter()
-        search(tenant=tenant, query=q, now=timezone.now())
+        result = search(tenant=tenant, query=q, now=now)
         times.append((time.perf_counter() - started) * 1000)
+        # As the API does: the accesses are counted after the answer, outside its time.
+        record_access(tenant=tenant, episode_ids=[h.episode.pk for h in result.hits], now=now)
     return times
 
 

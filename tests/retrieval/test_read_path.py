@@ -62,3 +62,37 @@ def test_query_embedding_matches_the_batch_pipeline():
         assert one.dtype == np.float32 and one.shape == (384,)
         assert float(np.dot(one, expected)) > 0.9999
         assert abs(float(np.linalg.norm(one)) - 1.0) < 1e-5
+
+
+def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same(caller):
+    from datetime import UTC, datetime, timedelta
+
+    from retrieval.services import RetrievalWeights, _rank_candidates, _rank_rows, _rerank
+
+    for i in range(8):
+        turns(caller, f"s{i}", [f"note {i}", "ok"])
+    ids = sorted(Episode.objects.filter(tenant=caller.tenant).values_list("pk", flat=True))
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    for n, pk in enumerate(ids):  # varied priority: anchors, use counts, idle times
+        Episode.objects.filter(pk=pk).update(
+            anchor=n % 3 == 0, access_count=n * 7, last_accessed_at=now - timedelta(days=n * 9)
+        )
+    Episode.objects.filter(pk=ids[1]).update(state="forgotten")
+    weights = RetrievalWeights()
+    relevance = {pk: 1.0 - 0.04 * n for n, pk in enumerate(ids)}
+    relevance[ids[7]] = 0.1  # far below any reach
+    full = {row.pk: row for row in _rank_rows(caller.tenant, ids)}
+    assert ids[1] not in full
+    for limit in (1, 2, 3, 5, 10):
+        pruned = _rank_candidates(caller.tenant, relevance, limit, weights)
+        assert ids[1] not in pruned
+        best = [pk for pk, _, _ in _rerank(full, relevance, weights, now)[:limit]]
+        assert [pk for pk, _, _ in _rerank(pruned, relevance, weights, now)[:limit]] == best
+        if limit <= 5:
+            assert ids[7] not in pruned
+
+
+def test_a_query_of_stopwords_only_is_not_degraded(caller):
+    turns(caller, "s1", ["the garden is green", "yes"])
+    body = caller.post("/api/v1/search", {"query": "what is the"}).json()
+    assert body["degraded"] is False
