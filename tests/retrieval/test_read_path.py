@@ -6,8 +6,8 @@ import pytest
 from django.db import connection
 
 from episodes.models import Episode
-from memory_platform.embeddings import get_embedder
 from memory_platform.api.base import AfterResponse
+from memory_platform.embeddings import get_embedder
 
 from .test_search import turns
 
