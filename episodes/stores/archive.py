@@ -23,10 +23,18 @@ OR_CANDIDATES = 100
 # all-words query keeps every lexeme.
 COMMON_LEXEME_SHARE = 0.005
 COMMON_LEXEMES_TTL = 300.0
+# Up to this many packed turns, a tenant's warm/cold search is exact (see `search`). An exact
+# scan of 5,000 turns costs a few ms; a filtered HNSW scan is only sure to reach a tenant's
+# rows when they are a good share of the graph.
+EXACT_PACKED_TURNS = 5000
+PACKED_COUNT_TTL = 60.0
+# Any-word matches ranked on the exact plan (a small tenant has few).
+OR_CANDIDATES_EXACT = 2000
 # Packed turns ranked by vector, per wanted episode (several may share one episode).
 PACKED_TURNS_PER_EPISODE = 1
 
 _common_cache: dict[str, tuple[float, list[str]]] = {}
+_packed_count_cache: dict[str, tuple[float, int]] = {}
 
 
 def common_lexemes(table: str) -> list[str]:
@@ -100,18 +108,39 @@ def _where(tenant_id: str, f: ArchiveFilters) -> tuple[str, list]:
     return " AND ".join(clauses), params
 
 
+def packed_turns(tenant_id: str) -> int:
+    """How many packed turns the tenant has (partial index `turn_packed_tenant`); cached per
+    process for a minute: it only decides between an exact and an approximate plan."""
+    cached = _packed_count_cache.get(tenant_id)
+    now = time.monotonic()
+    if cached is not None and now - cached[0] < PACKED_COUNT_TTL:
+        return cached[1]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM episodes_turn WHERE tenant_id = %s AND packed", [tenant_id])
+        count = int(cursor.fetchone()[0])
+    _packed_count_cache[tenant_id] = (now, count)
+    return count
+
+
 def search(
     tenant_id: str, *, vector: np.ndarray | None, text: str | None, filters: ArchiveFilters, k: int
 ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-    """(vector hits, text hits) as (episode id, similarity or rank) lists, best first.
+    """(vector hits, text hits) as (episode id, similarity or rank) lists, best first, in one
+    statement (one round trip).
 
-    Both run in one statement (one round trip). The HNSW scan relies on `hnsw.iterative_scan`
-    (set for every connection in settings) to keep filling the top k when the tenant and layer
-    filters discard candidates (pgvector >= 0.8).
+    Two plans, by the tenant's size. Up to EXACT_PACKED_TURNS packed turns, everything is exact
+    and complete: packed turns and episode centroids ranked by true distance, full text over
+    every lexeme. Above, the approximate indexes: the partial HNSW graphs (with
+    `hnsw.iterative_scan`, set for every connection), and any-word full text over uncommon
+    lexemes only. An HNSW graph is shared by all tenants, so a small tenant's rows are a sliver
+    of it that a filtered scan may never reach: small tenants are never searched through it.
     """
     if not filters.layers or (vector is None and not (text and text.strip())):
         return [], []
     where, params = _where(tenant_id, filters)
+    exact = not filters.raw_turns or packed_turns(tenant_id) <= EXACT_PACKED_TURNS
+    # "+ 0" keeps the planner off the HNSW index where the ranking must be exact.
+    distance = "+ 0" if exact else ""
     parts: list[str] = []
     args: list = []
     text = text if text and text.strip() else None
@@ -120,27 +149,35 @@ def search(
         if filters.raw_turns:
             # The turns of packed episodes keep their own embeddings (the raw log is never
             # packed), and a centroid blurs the one turn a question is about: rank the packed
-            # turns through their partial HNSW index (`packed`, migration 0008), each episode
-            # by its best turn. This subsumes the centroid search.
+            # turns (`packed`, migration 0008), each episode by its best turn.
             parts.append(
                 f"(SELECT 'v' AS src, s.episode_id AS id, max(s.sim) AS score FROM (SELECT t.episode_id, "
                 f"1 - (t.embedding <=> %s::vector) AS sim FROM episodes_turn t JOIN episodes_episode e "
                 f"ON e.id = t.episode_id WHERE t.packed AND t.embedding IS NOT NULL AND t.tenant_id = %s "
-                f"AND {where} ORDER BY t.embedding <=> %s::vector LIMIT %s) s GROUP BY s.episode_id)"
+                f"AND {where} ORDER BY (t.embedding <=> %s::vector) {distance} LIMIT %s) s GROUP BY s.episode_id)"
             )
-            args.extend([literal, tenant_id, *params, literal, PACKED_TURNS_PER_EPISODE * k])
-        if not filters.raw_turns or Layer.HOT in filters.layers:
+            args.extend(
+                [literal, tenant_id, *params, literal, (4 if exact else PACKED_TURNS_PER_EPISODE) * k]
+            )
+        if exact or Layer.HOT in filters.layers:
             # Episode centroids: the "small index" of packed episodes, and hot episodes when
             # Redis is down (degraded mode; hot turns are not `packed`).
             parts.append(
                 f"(SELECT 'c' AS src, e.id, 1 - (e.embedding <=> %s::vector) AS score FROM episodes_episode e "
-                f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY e.embedding <=> %s::vector LIMIT %s)"
+                f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY (e.embedding <=> %s::vector) {distance} "
+                f"LIMIT %s)"
             )
             args.extend([literal, *params, literal, k])
     if text is not None:
         # Full text in two passes over a bounded set: every match of all the query's lexemes,
         # ranked; then, because a question rarely shares every word with its answer, at most
-        # OR_CANDIDATES matches of any of its uncommon lexemes, ranked. All-words hits come first.
+        # `any_cap` matches of any of its lexemes (the uncommon ones only, at scale), ranked.
+        # All-words hits come first.
+        any_cap = OR_CANDIDATES_EXACT if exact else OR_CANDIDATES
+
+        def common(table: str) -> list[str]:
+            return [] if exact else common_lexemes(table)
+
         parts.append(
             f"(SELECT 'a' AS src, e.id, ts_rank_cd(e.search_vector, q.query) AS score FROM episodes_episode e, "
             f"{_ALL_WORDS_QUERY} q WHERE e.search_vector @@ q.query AND {where} ORDER BY score DESC LIMIT %s)"
@@ -150,7 +187,7 @@ def search(
             # The raw turns of packed episodes, each episode by its best turn.
             for src, query, query_args in (
                 ("ta", _ALL_WORDS_QUERY, [text]),
-                ("to", _ANY_WORD_QUERY, [text, common_lexemes("episodes_turn")]),
+                ("to", _ANY_WORD_QUERY, [text, common("episodes_turn")]),
             ):
                 parts.append(
                     f"(SELECT '{src}' AS src, s.episode_id AS id, max(s.rank) AS score FROM (SELECT t.episode_id, "
@@ -159,15 +196,15 @@ def search(
                     f"AND t.tenant_id = %s AND t.search_vector @@ q.query AND {where} LIMIT %s) s "
                     f"GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
                 )
-                args.extend([*query_args, tenant_id, *params, OR_CANDIDATES, k])
-        if not filters.raw_turns or Layer.HOT in filters.layers:
+                args.extend([*query_args, tenant_id, *params, any_cap, k])
+        if exact or Layer.HOT in filters.layers:
             parts.append(
                 f"(SELECT 'o' AS src, c.id, ts_rank_cd(c.search_vector, q.query) AS score FROM "
                 f"{_ANY_WORD_QUERY} q, "
                 f"LATERAL (SELECT e.id, e.search_vector FROM episodes_episode e WHERE q.query IS NOT NULL "
                 f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
             )
-            args.extend([text, common_lexemes("episodes_episode"), *params, OR_CANDIDATES, k])
+            args.extend([text, common("episodes_episode"), *params, any_cap, k])
     if not parts:
         return [], []
     with connection.cursor() as cursor:

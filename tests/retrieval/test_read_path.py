@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from django.db import connection
 
-from episodes.models import Episode
+from episodes.models import Episode, Turn
 from memory_platform.api.base import AfterResponse
 from memory_platform.embeddings import get_embedder
 
-from .test_search import turns
+from .test_search import pack, turns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -96,3 +96,82 @@ def test_a_query_of_stopwords_only_is_not_degraded(caller):
     turns(caller, "s1", ["the garden is green", "yes"])
     body = caller.post("/api/v1/search", {"query": "what is the"}).json()
     assert body["degraded"] is False
+
+
+def _packed_mismatches() -> int:
+    """Turns whose `packed` column disagrees with their episode's layer (migration 0008)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM episodes_turn t JOIN episodes_episode e ON e.id = t.episode_id "
+            "WHERE t.packed <> (e.layer IN ('warm', 'cold'))"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def _packed_turns(episode_id: int) -> set[bool]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT packed FROM episodes_turn WHERE episode_id = %s", [episode_id])
+        return {row[0] for row in cursor.fetchall()}
+
+
+def test_packed_turns_follow_their_episode_through_every_move(caller):
+    body = turns(caller, "s1", ["we booked the lisbon hotel", "by the river", "for three nights"])
+    episode_id = body["episode_ids"][0]
+    assert _packed_turns(episode_id) == {False}
+    pack(episode_id, "warm")
+    assert _packed_turns(episode_id) == {True}
+    pack(episode_id, "cold")
+    assert _packed_turns(episode_id) == {True}
+    # A turn written into a packed episode takes its episode's value.
+    episode = Episode.objects.get(pk=episode_id)
+    Turn.objects.create(
+        tenant=caller.tenant,
+        episode=episode,
+        session_id="s1",
+        seq=99,
+        role="user",
+        text="late",
+        occurred_at=episode.last_occurred_at,
+        ingested_at=episode.last_occurred_at,
+    )
+    assert _packed_turns(episode_id) == {True}
+    # An ORM save of a turn cannot set it wrong (the column is not on the model).
+    Turn.objects.filter(episode_id=episode_id).first().save()
+    assert _packed_turns(episode_id) == {True}
+    assert caller.post(f"/api/v1/memories/{episode_id}/unpack").status_code == 200
+    assert _packed_turns(episode_id) == {False}
+    assert _packed_mismatches() == 0
+
+
+def test_a_packed_episode_is_found_through_one_of_its_turns(caller):
+    body = turns(
+        caller, "s1", ["we talked about the weather", "then the zeppelin museum in friedrichshafen", "ok"]
+    )
+    episode_id = body["episode_ids"][0]
+    for i in range(3):
+        turns(caller, f"other{i}", [f"unrelated chat number {i}", "fine"])
+    pack(episode_id, "cold")
+    Episode.objects.filter(pk=episode_id).update(headline="weather", search_text="weather", keywords=[])
+    found = caller.post("/api/v1/search", {"query": "zeppelin museum", "layers": ["warm", "cold"]}).json()
+    assert [hit["episode_id"] for hit in found["results"]][:1] == [episode_id]
+
+
+@pytest.mark.parametrize("plan", ["exact", "approximate"])
+def test_both_warm_cold_plans_find_a_packed_episode_by_vector_and_by_words(caller, monkeypatch, plan):
+    from episodes.stores import archive
+
+    monkeypatch.setattr(archive, "EXACT_PACKED_TURNS", 10_000 if plan == "exact" else 0)
+    monkeypatch.setattr(archive, "_packed_count_cache", {})
+    target = turns(caller, "s1", ["my sister adopted a greyhound named comet", "lovely"])["episode_ids"][0]
+    others = [
+        turns(caller, f"o{i}", [f"meeting notes about budget line {i}", "ok"])["episode_ids"][0]
+        for i in range(4)
+    ]
+    for episode_id in [target, *others]:
+        pack(episode_id, "warm")
+    assert archive.packed_turns(str(caller.tenant.id)) == 10
+    by_words = caller.post("/api/v1/search", {"query": "greyhound comet", "layers": ["warm"]}).json()
+    assert by_words["results"][0]["episode_id"] == target
+    vector = get_embedder("local").embed_one("a dog called comet joined my sister's family").tolist()
+    by_vector = caller.post("/api/v1/search", {"query": "", "vector": vector, "layers": ["warm"]}).json()
+    assert by_vector["results"][0]["episode_id"] == target
