@@ -8,11 +8,11 @@ from typing import Any
 
 from django.db.models import Q
 
-from episodes.models import Episode, Layer, Link, LinkKind, State, Turn
+from episodes.models import Episode, Layer, Link, LinkKind, State
 from memory_platform.tenancy.models import Tenant
 
 from .query import SearchQuery
-from .services import Hit, record_access, search, turns_for
+from .services import Hit, TurnRow, record_access, search, turns_for
 
 
 def estimate_tokens(text: str) -> int:
@@ -97,7 +97,7 @@ def context(
     return {"sections": sections, "text": text, "tokens": used, "max_tokens": max_tokens}
 
 
-def _render(episode: Episode, turns: list[Turn], matched: list[tuple[int, float]] | None = None) -> str:
+def _render(episode: Episode, turns: list[TurnRow], matched: list[tuple[int, float]] | None = None) -> str:
     when = episode.last_occurred_at.date().isoformat()
     if episode.layer == Layer.WARM:
         points = "; ".join(episode.key_points) or episode.summary

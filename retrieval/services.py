@@ -371,7 +371,7 @@ def record_access(
 
 
 # --- shaping ---------------------------------------------------------------------------------------
-def hit_shape(hit: Hit, turns_by_episode: dict[int, list[Turn]], deep: bool) -> dict[str, Any]:
+def hit_shape(hit: Hit, turns_by_episode: dict[int, list[TurnRow]], deep: bool) -> dict[str, Any]:
     episode = hit.episode
     body: dict[str, Any] = {
         "episode_id": episode.pk,
@@ -407,16 +407,31 @@ def hit_shape(hit: Hit, turns_by_episode: dict[int, list[Turn]], deep: bool) -> 
     return body
 
 
-def turns_for(episode_ids: list[int], *, full: set[int]) -> dict[int, list[Turn]]:
-    """Turns per episode: every field for ``full`` episodes, ids only for the others."""
-    out: dict[int, list[Turn]] = {e: [] for e in episode_ids}
-    if not episode_ids:
-        return out
-    qs = Turn.objects.filter(episode_id__in=episode_ids).order_by("episode_id", "seq", "id")
-    for turn in qs.filter(episode_id__in=full).defer("embedding"):
-        out[turn.episode_id].append(turn)
-    for turn in qs.exclude(episode_id__in=full).only("id", "episode_id", "seq"):
-        out[turn.episode_id].append(turn)
+class TurnRow(NamedTuple):
+    """The fields of a turn a response shows (no vectors, no search text)."""
+
+    pk: int
+    episode_id: int
+    seq: int
+    role: str = ""
+    text: str = ""
+    occurred_at: datetime | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def turns_for(episode_ids: list[int], *, full: set[int]) -> dict[int, list[TurnRow]]:
+    """Turns per episode, in order: every shown field for ``full`` episodes, ids only for the others."""
+    out: dict[int, list[TurnRow]] = {e: [] for e in episode_ids}
+    full_ids = [e for e in episode_ids if e in full]
+    id_only = [e for e in episode_ids if e not in full]
+    ordered = Turn.objects.order_by("episode_id", "seq", "id")
+    if full_ids:
+        fields = ("id", "episode_id", "seq", "role", "text", "occurred_at", "metadata")
+        for row in ordered.filter(episode_id__in=full_ids).values_list(*fields):
+            out[row[1]].append(TurnRow(*row))
+    if id_only:
+        for row in ordered.filter(episode_id__in=id_only).values_list("id", "episode_id", "seq"):
+            out[row[1]].append(TurnRow(*row))
     return out
 
 

@@ -31,6 +31,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         shutil.rmtree(settings.VAR_DIR, ignore_errors=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_worker_connections(django_db_setup):
+    """Search runs half its Postgres work on worker threads, each with its own connection:
+    close them before pytest-django drops the test database."""
+    yield
+    from episodes.stores.archive import close_worker_connections
+
+    close_worker_connections()
+
+
 @pytest.fixture(autouse=True)
 def _clean_redis():
     from episodes.stores.hot import hot_store

@@ -6,12 +6,15 @@ statement built here.
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
-from django.db import connection
+from django.db import close_old_connections, connection
 
 from episodes.models import Layer
 
@@ -33,6 +36,9 @@ OR_CANDIDATES_EXACT = 2000
 # Packed turns ranked by vector, per wanted episode (several may share one episode).
 PACKED_TURNS_PER_EPISODE = 1
 
+_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="archive-search")
+_worker_lock = threading.Lock()
+_worker_connections: dict[int, Any] = {}
 _common_cache: dict[str, tuple[float, list[str]]] = {}
 _packed_count_cache: dict[str, tuple[float, int]] = {}
 
@@ -125,8 +131,8 @@ def packed_turns(tenant_id: str) -> int:
 def search(
     tenant_id: str, *, vector: np.ndarray | None, text: str | None, filters: ArchiveFilters, k: int
 ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-    """(vector hits, text hits) as (episode id, similarity or rank) lists, best first, in one
-    statement (one round trip).
+    """(vector hits, text hits) as (episode id, similarity or rank) lists, best first: one
+    statement, or two at the same time on two connections outside a transaction.
 
     Two plans, by the tenant's size. Up to EXACT_PACKED_TURNS packed turns, everything is exact
     and complete: packed turns and episode centroids ranked by true distance, full text over
@@ -138,11 +144,17 @@ def search(
     if not filters.layers or (vector is None and not (text and text.strip())):
         return [], []
     where, params = _where(tenant_id, filters)
-    exact = not filters.raw_turns or packed_turns(tenant_id) <= EXACT_PACKED_TURNS
+    exact = packed_turns(tenant_id) <= EXACT_PACKED_TURNS
+    # Episode centroids and shapes: the seeds' "small index" of packed episodes, and hot episodes
+    # when Redis is down (degraded mode; hot turns are not `packed`). With raw turns searched
+    # too, the approximate plan leaves them out: the turns cover what they say.
+    shapes = not filters.raw_turns or exact or Layer.HOT in filters.layers
     # "+ 0" keeps the planner off the HNSW index where the ranking must be exact.
     distance = "+ 0" if exact else ""
-    parts: list[str] = []
-    args: list = []
+    vector_parts: list[str] = []
+    vector_args: list = []
+    text_parts: list[str] = []
+    text_args: list = []
     text = text if text and text.strip() else None
     if vector is not None:
         literal = _vec(vector)
@@ -150,24 +162,22 @@ def search(
             # The turns of packed episodes keep their own embeddings (the raw log is never
             # packed), and a centroid blurs the one turn a question is about: rank the packed
             # turns (`packed`, migration 0008), each episode by its best turn.
-            parts.append(
+            vector_parts.append(
                 f"(SELECT 'v' AS src, s.episode_id AS id, max(s.sim) AS score FROM (SELECT t.episode_id, "
                 f"1 - (t.embedding <=> %s::vector) AS sim FROM episodes_turn t JOIN episodes_episode e "
                 f"ON e.id = t.episode_id WHERE t.packed AND t.embedding IS NOT NULL AND t.tenant_id = %s "
                 f"AND {where} ORDER BY (t.embedding <=> %s::vector) {distance} LIMIT %s) s GROUP BY s.episode_id)"
             )
-            args.extend(
+            vector_args.extend(
                 [literal, tenant_id, *params, literal, (4 if exact else PACKED_TURNS_PER_EPISODE) * k]
             )
-        if exact or Layer.HOT in filters.layers:
-            # Episode centroids: the "small index" of packed episodes, and hot episodes when
-            # Redis is down (degraded mode; hot turns are not `packed`).
-            parts.append(
+        if shapes:
+            vector_parts.append(
                 f"(SELECT 'c' AS src, e.id, 1 - (e.embedding <=> %s::vector) AS score FROM episodes_episode e "
                 f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY (e.embedding <=> %s::vector) {distance} "
                 f"LIMIT %s)"
             )
-            args.extend([literal, *params, literal, k])
+            vector_args.extend([literal, *params, literal, k])
     if text is not None:
         # Full text in two passes over a bounded set: every match of all the query's lexemes,
         # ranked; then, because a question rarely shares every word with its answer, at most
@@ -178,38 +188,42 @@ def search(
         def common(table: str) -> list[str]:
             return [] if exact else common_lexemes(table)
 
-        parts.append(
+        text_parts.append(
             f"(SELECT 'a' AS src, e.id, ts_rank_cd(e.search_vector, q.query) AS score FROM episodes_episode e, "
             f"{_ALL_WORDS_QUERY} q WHERE e.search_vector @@ q.query AND {where} ORDER BY score DESC LIMIT %s)"
         )
-        args.extend([text, *params, k])
+        text_args.extend([text, *params, k])
         if filters.raw_turns:
             # The raw turns of packed episodes, each episode by its best turn.
             for src, query, query_args in (
                 ("ta", _ALL_WORDS_QUERY, [text]),
                 ("to", _ANY_WORD_QUERY, [text, common("episodes_turn")]),
             ):
-                parts.append(
+                text_parts.append(
                     f"(SELECT '{src}' AS src, s.episode_id AS id, max(s.rank) AS score FROM (SELECT t.episode_id, "
                     f"ts_rank_cd(t.search_vector, q.query) AS rank FROM {query} q, episodes_turn t "
                     f"JOIN episodes_episode e ON e.id = t.episode_id WHERE q.query IS NOT NULL AND t.packed "
                     f"AND t.tenant_id = %s AND t.search_vector @@ q.query AND {where} LIMIT %s) s "
                     f"GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
                 )
-                args.extend([*query_args, tenant_id, *params, any_cap, k])
-        if exact or Layer.HOT in filters.layers:
-            parts.append(
+                text_args.extend([*query_args, tenant_id, *params, any_cap, k])
+        if shapes:
+            text_parts.append(
                 f"(SELECT 'o' AS src, c.id, ts_rank_cd(c.search_vector, q.query) AS score FROM "
                 f"{_ANY_WORD_QUERY} q, "
                 f"LATERAL (SELECT e.id, e.search_vector FROM episodes_episode e WHERE q.query IS NOT NULL "
                 f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
             )
-            args.extend([text, common("episodes_episode"), *params, any_cap, k])
-    if not parts:
+            text_args.extend([text, common("episodes_episode"), *params, any_cap, k])
+    if vector_parts and text_parts and not connection.in_atomic_block:
+        # Two statements on two connections at once: the vector half in a worker thread. Not
+        # inside a transaction, whose own writes only its connection can see.
+        future = _pool.submit(_fetch_in_worker, " UNION ALL ".join(vector_parts), vector_args)
+        rows = _fetch(" UNION ALL ".join(text_parts), text_args) + future.result()
+    elif vector_parts or text_parts:
+        rows = _fetch(" UNION ALL ".join(vector_parts + text_parts), vector_args + text_args)
+    else:
         return [], []
-    with connection.cursor() as cursor:
-        cursor.execute(" UNION ALL ".join(parts), args)
-        rows = cursor.fetchall()
     by_source: dict[str, list[tuple[int, float]]] = {}
     for src, i, sc in rows:
         by_source.setdefault(src, []).append((int(i), float(sc)))
@@ -229,6 +243,32 @@ def search(
                 seen.add(i)
                 text_hits.append((i, sc))
     return vector_hits, text_hits[:k]
+
+
+def _fetch(sql: str, args: list) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, args)
+        return cursor.fetchall()
+
+
+def _fetch_in_worker(sql: str, args: list) -> list[tuple]:
+    # The worker thread keeps its own connection; replace it when it errored or grew old
+    # (request threads get this from Django at every request boundary).
+    close_old_connections()
+    rows = _fetch(sql, args)
+    with _worker_lock:
+        _worker_connections[threading.get_ident()] = connection.connection
+    return rows
+
+
+def close_worker_connections() -> None:
+    """Close the worker threads' database connections (before dropping a test database)."""
+    with _worker_lock:
+        raw = list(_worker_connections.values())
+        _worker_connections.clear()
+    for conn in raw:
+        if conn is not None:
+            conn.close()
 
 
 def turn_similarities(episode_ids: list[int], vector: np.ndarray) -> dict[int, list[tuple[int, float]]]:

@@ -62,7 +62,10 @@ class ApiKeyManager(BaseAPIKeyManager):
         # The tenant's memory policy (lifecycle's one-to-one `policy`) comes in the same query:
         # every request reads it.
         return (
-            super().get_usable_keys().filter(tenant__is_active=True).select_related("tenant", "tenant__policy")
+            super()
+            .get_usable_keys()
+            .filter(tenant__is_active=True)
+            .select_related("tenant", "tenant__policy")
         )
 
 

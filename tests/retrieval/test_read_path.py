@@ -175,3 +175,26 @@ def test_both_warm_cold_plans_find_a_packed_episode_by_vector_and_by_words(calle
     vector = get_embedder("local").embed_one("a dog called comet joined my sister's family").tolist()
     by_vector = caller.post("/api/v1/search", {"query": "", "vector": vector, "layers": ["warm"]}).json()
     assert by_vector["results"][0]["episode_id"] == target
+
+
+def test_split_and_single_statement_warm_cold_search_agree(caller):
+    from django.db import transaction
+
+    from episodes.stores import archive
+
+    for i, text in enumerate(["greyhound named comet", "budget meeting notes", "sourdough starter died"]):
+        pack(turns(caller, f"s{i}", [text, "ok"])["episode_ids"][0], "warm")
+    vector = get_embedder("local").embed_one("a dog")
+    filters = archive.ArchiveFilters(layers=("warm", "cold"))
+
+    def run():
+        hits = archive.search(
+            str(caller.tenant.id), vector=vector, text="comet budget", filters=filters, k=10
+        )
+        return [[(e, round(score, 5)) for e, score in found] for found in hits]
+
+    split = run()  # autocommit: the vector half on a worker connection
+    with transaction.atomic():
+        single = run()  # inside a transaction: one statement on this connection
+    assert split == single
+    assert len(split[0]) == 3 and len(split[1]) == 2
