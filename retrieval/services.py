@@ -8,7 +8,6 @@ by the seed-003 priority; each hit shaped by its layer.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -16,7 +15,6 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
-from django.db import connection
 from django.db.models import F
 
 from episodes import selectors as episode_selectors
@@ -30,21 +28,11 @@ from memory_platform.tenancy.models import Tenant
 
 from .fusion import weighted_rrf
 from .query import SearchQuery
+from .ranking import RetrievalWeights, priority_parts, rank_candidates, rerank
 
 logger = logging.getLogger(__name__)
 
 _hot_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hot-search")
-
-
-@dataclass(frozen=True)
-class RetrievalWeights:
-    vector: float = 0.7
-    text: float = 0.3
-    k: int = 60
-    #: How much the seed-003 priority (recency, frequency, anchor) moves a hit, relative to
-    #: its relevance; relevance stays first.
-    priority: float = 0.15
-    candidates: int = 50
 
 
 def _policy(tenant: Tenant):  # type: ignore[no-untyped-def]
@@ -157,14 +145,14 @@ def search(
             explain[episode_id] = parts
 
     # Ranking reads five columns of every candidate; only the hits kept are loaded whole.
-    ranked = _rank_candidates(tenant, episode_relevance, query.limit, weights)
+    ranked = rank_candidates(tenant, episode_relevance, query.limit, weights)
     if degraded and vector is not None:
         hot_ids = [pk for pk, row in ranked.items() if row.layer == Layer.HOT]
         for episode_id, sims in archive.turn_similarities(hot_ids, vector).items():
             base = episode_relevance[episode_id]
             hot_turns[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
 
-    order = _rerank(ranked, episode_relevance, weights, now)[: query.limit]
+    order = rerank(ranked, episode_relevance, weights, now)[: query.limit]
     episodes = (
         Episode.objects.filter(tenant=tenant, pk__in=[pk for pk, _, _ in order])
         .defer("embedding", "search_text", "search_vector", "metadata")
@@ -269,90 +257,6 @@ def _archive_candidates(
         )
         for item in fused
     }
-
-
-class _RankRow(NamedTuple):
-    pk: int
-    layer: str
-    anchor: bool
-    access_count: int
-    last_accessed_at: datetime
-
-
-# The seed-003 priority (recency 0.3 + frequency 0.2 + anchor 0.3 + relevance 0.2) is at most 1.
-MAX_PRIORITY = 1.0
-
-
-def _rank_candidates(
-    tenant: Tenant, relevance: dict[int, float], limit: int, weights: RetrievalWeights
-) -> dict[int, _RankRow]:
-    """The candidates that can still reach the top ``limit``, with what ranking reads.
-
-    The priority lifts a score by at most ``1 + weights.priority * MAX_PRIORITY``, so a candidate
-    below the limit-th relevance divided by that factor cannot overtake it: it is never read.
-    (Forgotten candidates drop out here; the bar is then lowered and more are read.)
-    """
-    order = sorted(relevance, key=lambda pk: -relevance[pk])
-    lift = 1.0 + weights.priority * MAX_PRIORITY
-    ranked: dict[int, _RankRow] = {}
-    position = 0
-    while position < len(order):
-        known = sorted((relevance[pk] for pk in ranked), reverse=True)
-        # The bar: the limit-th relevance among the usable candidates read so far, or, until
-        # there are enough, among the unread ones (assuming none is forgotten).
-        pool = known if len(known) >= limit else known + [relevance[pk] for pk in order[position:]]
-        pool.sort(reverse=True)
-        bar = pool[min(limit, len(pool)) - 1] / lift
-        end = position
-        while end < len(order) and relevance[order[end]] >= bar:
-            end += 1
-        if end == position:
-            break
-        ranked.update((row.pk, row) for row in _rank_rows(tenant, order[position:end]))
-        position = end
-    return ranked
-
-
-def _rank_rows(tenant: Tenant, episode_ids: list[int]) -> list[_RankRow]:
-    """What ranking reads of each candidate, in one statement with the ids as one array."""
-    if not episode_ids:
-        return []
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, layer, anchor, access_count, last_accessed_at FROM episodes_episode "
-            "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
-            [tenant.id, episode_ids, State.FORGOTTEN.value],
-        )
-        return [_RankRow(*row) for row in cursor.fetchall()]
-
-
-def priority_parts(episode: Episode | _RankRow, now: datetime) -> dict[str, float]:
-    """Seed 003's priority without its relevance term: recency (0-0.3), frequency (0-0.2),
-    anchor (0.3)."""
-    idle_days = max(0.0, (now - episode.last_accessed_at).total_seconds() / 86400)
-    recency = 0.3 * math.exp(-idle_days / 30.0)
-    frequency = 0.2 * min(1.0, math.log1p(episode.access_count) / math.log1p(50))
-    anchor = 0.3 if episode.anchor else 0.0
-    return {"recency": recency, "frequency": frequency, "anchor": anchor}
-
-
-def _rerank(
-    ranked: dict[int, _RankRow], relevance: dict[int, float], weights: RetrievalWeights, now: datetime
-) -> list[tuple[int, float, dict[str, float]]]:
-    """(episode id, score, score parts), best first: relevance moved by the seed-003 priority."""
-    if not relevance:
-        return []
-    top = max(relevance.values()) or 1.0
-    out = []
-    for episode_id, row in ranked.items():
-        rel = relevance[episode_id] / top  # 0-1
-        parts = priority_parts(row, now)
-        priority = sum(parts.values()) + 0.2 * rel
-        # Relevance first; the priority moves a hit by at most `weights.priority` of itself.
-        score = relevance[episode_id] * (1.0 + weights.priority * priority)
-        out.append((episode_id, score, {**parts, "relevance": rel, "priority": priority}))
-    out.sort(key=lambda x: -x[1])
-    return out
 
 
 def record_access(

@@ -28,7 +28,8 @@ from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 from retrieval.context import estimate_tokens
 from retrieval.query import SearchQuery
-from retrieval.services import RetrievalWeights, search
+from retrieval.ranking import RetrievalWeights
+from retrieval.services import search
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"

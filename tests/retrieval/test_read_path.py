@@ -67,7 +67,7 @@ def test_query_embedding_matches_the_batch_pipeline():
 def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same(caller):
     from datetime import UTC, datetime, timedelta
 
-    from retrieval.services import RetrievalWeights, _rank_candidates, _rank_rows, _rerank
+    from retrieval.ranking import RetrievalWeights, rank_candidates, rank_rows, rerank
 
     for i in range(8):
         turns(caller, f"s{i}", [f"note {i}", "ok"])
@@ -81,13 +81,13 @@ def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same
     weights = RetrievalWeights()
     relevance = {pk: 1.0 - 0.04 * n for n, pk in enumerate(ids)}
     relevance[ids[7]] = 0.1  # far below any reach
-    full = {row.pk: row for row in _rank_rows(caller.tenant, ids)}
+    full = {row.pk: row for row in rank_rows(caller.tenant, ids)}
     assert ids[1] not in full
     for limit in (1, 2, 3, 5, 10):
-        pruned = _rank_candidates(caller.tenant, relevance, limit, weights)
+        pruned = rank_candidates(caller.tenant, relevance, limit, weights)
         assert ids[1] not in pruned
-        best = [pk for pk, _, _ in _rerank(full, relevance, weights, now)[:limit]]
-        assert [pk for pk, _, _ in _rerank(pruned, relevance, weights, now)[:limit]] == best
+        best = [pk for pk, _, _ in rerank(full, relevance, weights, now)[:limit]]
+        assert [pk for pk, _, _ in rerank(pruned, relevance, weights, now)[:limit]] == best
         if limit <= 5:
             assert ids[7] not in pruned
 

@@ -41,7 +41,7 @@ class Command(BaseCommand):
         log = (lambda m: self.stderr.write(m)) if opts["json"] else (lambda m: self.stdout.write(m))
         weights = None
         if opts["weights"]:
-            from retrieval.services import RetrievalWeights
+            from retrieval.ranking import RetrievalWeights
 
             try:
                 v, t, k = opts["weights"].split(",")

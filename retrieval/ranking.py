@@ -1,0 +1,111 @@
+"""Ranking candidates: relevance (fused RRF) moved by the seed-003 priority.
+
+Ranking reads five columns of each candidate, and only of those that can still reach the top.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
+
+from django.db import connection
+
+from episodes.models import Episode, State
+from memory_platform.tenancy.models import Tenant
+
+
+@dataclass(frozen=True)
+class RetrievalWeights:
+    vector: float = 0.7
+    text: float = 0.3
+    k: int = 60
+    #: How much the seed-003 priority (recency, frequency, anchor) moves a hit, relative to
+    #: its relevance; relevance stays first.
+    priority: float = 0.15
+    candidates: int = 50
+
+
+class RankRow(NamedTuple):
+    pk: int
+    layer: str
+    anchor: bool
+    access_count: int
+    last_accessed_at: datetime
+
+
+# The seed-003 priority (recency 0.3 + frequency 0.2 + anchor 0.3 + relevance 0.2) is at most 1.
+MAX_PRIORITY = 1.0
+
+
+def rank_candidates(
+    tenant: Tenant, relevance: dict[int, float], limit: int, weights: RetrievalWeights
+) -> dict[int, RankRow]:
+    """The candidates that can still reach the top ``limit``, with what ranking reads.
+
+    The priority lifts a score by at most ``1 + weights.priority * MAX_PRIORITY``, so a candidate
+    below the limit-th relevance divided by that factor cannot overtake it: it is never read.
+    (Forgotten candidates drop out here; the bar is then lowered and more are read.)
+    """
+    order = sorted(relevance, key=lambda pk: -relevance[pk])
+    lift = 1.0 + weights.priority * MAX_PRIORITY
+    ranked: dict[int, RankRow] = {}
+    position = 0
+    while position < len(order):
+        known = sorted((relevance[pk] for pk in ranked), reverse=True)
+        # The bar: the limit-th relevance among the usable candidates read so far, or, until
+        # there are enough, among the unread ones (assuming none is forgotten).
+        pool = known if len(known) >= limit else known + [relevance[pk] for pk in order[position:]]
+        pool.sort(reverse=True)
+        bar = pool[min(limit, len(pool)) - 1] / lift
+        end = position
+        while end < len(order) and relevance[order[end]] >= bar:
+            end += 1
+        if end == position:
+            break
+        ranked.update((row.pk, row) for row in rank_rows(tenant, order[position:end]))
+        position = end
+    return ranked
+
+
+def rank_rows(tenant: Tenant, episode_ids: list[int]) -> list[RankRow]:
+    """What ranking reads of each candidate, in one statement with the ids as one array."""
+    if not episode_ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, layer, anchor, access_count, last_accessed_at FROM episodes_episode "
+            "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
+            [tenant.id, episode_ids, State.FORGOTTEN.value],
+        )
+        return [RankRow(*row) for row in cursor.fetchall()]
+
+
+def priority_parts(episode: Episode | RankRow, now: datetime) -> dict[str, float]:
+    """Seed 003's priority without its relevance term: recency (0-0.3), frequency (0-0.2),
+    anchor (0.3)."""
+    idle_days = max(0.0, (now - episode.last_accessed_at).total_seconds() / 86400)
+    recency = 0.3 * math.exp(-idle_days / 30.0)
+    frequency = 0.2 * min(1.0, math.log1p(episode.access_count) / math.log1p(50))
+    anchor = 0.3 if episode.anchor else 0.0
+    return {"recency": recency, "frequency": frequency, "anchor": anchor}
+
+
+def rerank(
+    ranked: dict[int, RankRow], relevance: dict[int, float], weights: RetrievalWeights, now: datetime
+) -> list[tuple[int, float, dict[str, float]]]:
+    """(episode id, score, score parts), best first: relevance moved by the seed-003 priority."""
+    if not relevance:
+        return []
+    top = max(relevance.values()) or 1.0
+    out = []
+    for episode_id, row in ranked.items():
+        rel = relevance[episode_id] / top  # 0-1
+        parts = priority_parts(row, now)
+        priority = sum(parts.values()) + 0.2 * rel
+        # Relevance first; the priority moves a hit by at most `weights.priority` of itself.
+        score = relevance[episode_id] * (1.0 + weights.priority * priority)
+        out.append((episode_id, score, {**parts, "relevance": rel, "priority": priority}))
+    out.sort(key=lambda x: -x[1])
+    return out
