@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
+from django.db import connection, transaction
 from django.db.models import F
 
 from episodes import selectors as episode_selectors
@@ -263,15 +264,26 @@ def record_access(
     *, tenant: Tenant, episode_ids: list[int], now: datetime, traversed: list[int] | None = None
 ) -> None:
     """Count a use without read-modify-write: F() updates, and a version bump so a migration in
-    flight sees the touch and abandons (seed 001)."""
-    if episode_ids:
-        Episode.objects.filter(tenant=tenant, pk__in=episode_ids).update(
-            access_count=F("access_count") + 1, last_accessed_at=now, version=F("version") + 1
-        )
-    if traversed:
-        Episode.objects.filter(tenant=tenant, pk__in=traversed).update(
-            traverse_count=F("traverse_count") + 1, last_accessed_at=now, version=F("version") + 1
-        )
+    flight sees the touch and abandons (seed 001).
+
+    On its own (not inside a caller's transaction) it commits without waiting for the WAL
+    flush: a usage count lost to a crash in the next few milliseconds is harmless, and every
+    search would otherwise wait for a disk sync."""
+    if not (episode_ids or traversed):
+        return
+    own_transaction = not connection.in_atomic_block
+    with transaction.atomic():
+        if own_transaction:
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        if episode_ids:
+            Episode.objects.filter(tenant=tenant, pk__in=episode_ids).update(
+                access_count=F("access_count") + 1, last_accessed_at=now, version=F("version") + 1
+            )
+        if traversed:
+            Episode.objects.filter(tenant=tenant, pk__in=traversed).update(
+                traverse_count=F("traverse_count") + 1, last_accessed_at=now, version=F("version") + 1
+            )
 
 
 # --- shaping ---------------------------------------------------------------------------------------
