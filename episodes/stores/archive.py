@@ -26,13 +26,16 @@ OR_CANDIDATES = 100
 # all-words query keeps every lexeme.
 COMMON_LEXEME_SHARE = 0.005
 COMMON_LEXEMES_TTL = 300.0
-# Up to this many packed turns, a tenant's warm/cold search is exact (see `search`). An exact
-# scan of 5,000 turns costs a few ms; a filtered HNSW scan is only sure to reach a tenant's
-# rows when they are a good share of the graph.
-EXACT_PACKED_TURNS = 5000
+# Up to this many packed turns, a tenant's warm/cold search is exact (see `search`). The exact
+# plan costs about 10 us per packed turn (measured: ~950 ms for 90k), so ~20 ms at this size.
+# Above it, a filtered scan of the shared HNSW graphs reaches the tenant's rows: with pgvector's
+# default hnsw.max_scan_tuples (20,000) a tenant holding 2,000 rows of a 100k graph has ~400
+# among the nearest 20k. In graphs far beyond 100k rows, raise this threshold or
+# hnsw.max_scan_tuples (a filtered scan stops after that many rows).
+EXACT_PACKED_TURNS = 2000
 PACKED_COUNT_TTL = 60.0
 # Any-word matches ranked on the exact plan (a small tenant has few).
-OR_CANDIDATES_EXACT = 2000
+OR_CANDIDATES_EXACT = 1000
 # Packed turns ranked by vector, per wanted episode (several may share one episode).
 PACKED_TURNS_PER_EPISODE = 1
 
