@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -146,6 +147,16 @@ def measure_service(tenant: Tenant, queries: list[tuple[str, list[float]]], with
     return times
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the benchmark process dies, however it dies (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 class Server:
     """gunicorn on a free loopback port, with this process's settings and data directory."""
 
@@ -175,6 +186,7 @@ class Server:
             ],
             cwd=root,
             env=env,
+            preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
