@@ -342,12 +342,14 @@ def fsrs_parameters_error(value: Any) -> str:
 
 def policy_for(tenant: Tenant) -> MemoryPolicy:
     """The tenant's policy, created with the defaults on first use (get_or_create survives the race)."""
-    if Tenant.policy.is_cached(tenant):  # type: ignore[attr-defined]
-        # Loaded with the tenant (the API key lookup selects it): no query.
-        try:
-            return tenant.policy  # type: ignore[attr-defined,no-any-return]
-        except MemoryPolicy.DoesNotExist:
-            pass
+    # Every search reads it: a raw statement (no ORM query to build); get_or_create when missing.
+    found = list(
+        MemoryPolicy.objects.raw(
+            f"SELECT * FROM {MemoryPolicy._meta.db_table} WHERE tenant_id = %s", [tenant.pk]
+        )
+    )
+    if found:
+        return found[0]
     policy, _ = MemoryPolicy.objects.get_or_create(tenant=tenant)
     return policy
 

@@ -7,6 +7,8 @@ by the seed-003 priority; each hit shaped by its layer.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +21,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from episodes import selectors as episode_selectors
-from episodes.models import Episode, Layer, State, Turn
+from episodes.models import Episode, Layer, State
 from episodes.services import EpisodeNotFound
 from episodes.stores import archive
 from episodes.stores.hot import HotFilters, HotUnavailable, hot_store
@@ -154,11 +156,13 @@ def search(
             hot_turns[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
 
     order = rerank(ranked, episode_relevance, weights, now)[: query.limit]
-    episodes = (
-        Episode.objects.filter(tenant=tenant, pk__in=[pk for pk, _, _ in order])
-        .defer("embedding", "search_text", "search_vector", "metadata")
-        .in_bulk()
-    )
+    episodes = {
+        e.pk: e
+        for e in Episode.objects.raw(
+            f"SELECT {_hit_columns()} FROM episodes_episode WHERE tenant_id = %s AND id = ANY(%s)",
+            [tenant.id, [pk for pk, _, _ in order]],
+        )
+    }
     hits = []
     for pk, score, parts in order:
         if pk not in episodes:  # forgotten since it was ranked
@@ -340,15 +344,32 @@ def turns_for(episode_ids: list[int], *, full: set[int]) -> dict[int, list[TurnR
     out: dict[int, list[TurnRow]] = {e: [] for e in episode_ids}
     full_ids = [e for e in episode_ids if e in full]
     id_only = [e for e in episode_ids if e not in full]
-    ordered = Turn.objects.order_by("episode_id", "seq", "id")
-    if full_ids:
-        fields = ("id", "episode_id", "seq", "role", "text", "occurred_at", "metadata")
-        for row in ordered.filter(episode_id__in=full_ids).values_list(*fields):
-            out[row[1]].append(TurnRow(*row))
-    if id_only:
-        for row in ordered.filter(episode_id__in=id_only).values_list("id", "episode_id", "seq"):
-            out[row[1]].append(TurnRow(*row))
+    order = "ORDER BY episode_id, seq, id"
+    with connection.cursor() as cursor:
+        if full_ids:
+            cursor.execute(
+                "SELECT id, episode_id, seq, role, text, occurred_at, metadata::text FROM episodes_turn "
+                f"WHERE episode_id = ANY(%s) {order}",
+                [full_ids],
+            )
+            for pk, episode_id, seq, role, text, occurred_at, metadata in cursor.fetchall():
+                meta = json.loads(metadata) if metadata else {}
+                out[episode_id].append(TurnRow(pk, episode_id, seq, role, text, occurred_at, meta))
+        if id_only:
+            cursor.execute(
+                f"SELECT id, episode_id, seq FROM episodes_turn WHERE episode_id = ANY(%s) {order}", [id_only]
+            )
+            for row in cursor.fetchall():
+                out[row[1]].append(TurnRow(*row))
     return out
+
+
+@functools.cache
+def _hit_columns() -> str:
+    """An episode's columns as a hit shows it: vectors, search text and metadata stay behind."""
+    left_out = {"embedding", "search_text", "search_vector", "metadata"}
+    quote = connection.ops.quote_name
+    return ", ".join(quote(str(f.column)) for f in Episode._meta.concrete_fields if f.attname not in left_out)
 
 
 def search_shaped(*, tenant: Tenant, query: SearchQuery, now: datetime) -> dict[str, Any]:

@@ -59,14 +59,7 @@ def default_scopes() -> list[str]:
 
 class ApiKeyManager(BaseAPIKeyManager):
     def get_usable_keys(self) -> models.QuerySet:
-        # The tenant's memory policy (lifecycle's one-to-one `policy`) comes in the same query:
-        # every request reads it.
-        return (
-            super()
-            .get_usable_keys()
-            .filter(tenant__is_active=True)
-            .select_related("tenant", "tenant__policy")
-        )
+        return super().get_usable_keys().filter(tenant__is_active=True).select_related("tenant")
 
 
 class ApiKey(AbstractAPIKey):
