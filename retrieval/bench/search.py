@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from episodes.indexing import turn_documents
@@ -110,6 +111,10 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
                 episode.tenant = tenant
                 store.index_episode(episode, turn_documents(episode, [turn]))
         log(f"  loaded {offset + n}/{size} episodes")
+    # Fresh planner statistics, as autovacuum leaves them after a bulk load: with none for the new
+    # tenant, Postgres may scan its rows exactly instead of through the HNSW graph.
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE episodes_episode, episodes_turn")
     return tenant, vectors_all
 
 
