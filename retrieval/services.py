@@ -159,8 +159,8 @@ def search(
     episodes = {
         e.pk: e
         for e in Episode.objects.raw(
-            f"SELECT {_hit_columns()} FROM episodes_episode WHERE tenant_id = %s AND id = ANY(%s)",
-            [tenant.id, [pk for pk, _, _ in order]],
+            f"SELECT {_hit_columns()} FROM episodes_episode WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
+            [tenant.id, [pk for pk, _, _ in order], State.FORGOTTEN.value],
         )
     }
     hits = []

@@ -198,3 +198,18 @@ def test_split_and_single_statement_warm_cold_search_agree(caller):
         single = run()  # inside a transaction: one statement on this connection
     assert split == single
     assert len(split[0]) == 3 and len(split[1]) == 2
+
+
+def test_common_lexemes_come_from_the_planner_statistics(caller, monkeypatch):
+    from episodes.stores import archive
+
+    texts = [f"garden note {word}" for word in ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")]
+    turns(caller, "s1", texts)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE episodes_turn")
+    monkeypatch.setattr(archive, "_common_cache", {})
+    monkeypatch.setattr(archive, "COMMON_LEXEME_SHARE", 0.5)
+    common = archive.common_lexemes("episodes_turn")
+    assert "garden" in common and "note" in common  # in every turn
+    assert "foxtrot" not in common  # in one turn of six
+    assert archive.common_lexemes("episodes_turn") is common  # cached
