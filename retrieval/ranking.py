@@ -35,8 +35,12 @@ class RankRow(NamedTuple):
     last_accessed_at: datetime
 
 
-# The seed-003 priority (recency 0.3 + frequency 0.2 + anchor 0.3 + relevance 0.2) is at most 1.
-MAX_PRIORITY = 1.0
+# The seed-003 priority: recency, frequency, anchor and relevance, each up to its weight.
+RECENCY_WEIGHT = 0.3
+FREQUENCY_WEIGHT = 0.2
+ANCHOR_WEIGHT = 0.3
+RELEVANCE_WEIGHT = 0.2
+MAX_PRIORITY = RECENCY_WEIGHT + FREQUENCY_WEIGHT + ANCHOR_WEIGHT + RELEVANCE_WEIGHT
 
 
 def rank_candidates(
@@ -53,12 +57,13 @@ def rank_candidates(
     ranked: dict[int, RankRow] = {}
     position = 0
     while position < len(order):
-        known = sorted((relevance[pk] for pk in ranked), reverse=True)
-        # The bar: the limit-th relevance among the usable candidates read so far, or, until
-        # there are enough, among the unread ones (assuming none is forgotten).
-        pool = known if len(known) >= limit else known + [relevance[pk] for pk in order[position:]]
-        pool.sort(reverse=True)
-        bar = pool[min(limit, len(pool)) - 1] / lift
+        usable = sorted((relevance[pk] for pk in ranked), reverse=True)
+        if len(usable) >= limit:
+            bar = usable[limit - 1] / lift
+        else:
+            # Not enough usable candidates read yet: count the unread ones (in relevance order,
+            # below every read one) as usable until read.
+            bar = relevance[order[min(position + limit - len(usable), len(order)) - 1]] / lift
         end = position
         while end < len(order) and relevance[order[end]] >= bar:
             end += 1
@@ -83,12 +88,11 @@ def rank_rows(tenant: Tenant, episode_ids: list[int]) -> list[RankRow]:
 
 
 def priority_parts(episode: Episode | RankRow, now: datetime) -> dict[str, float]:
-    """Seed 003's priority without its relevance term: recency (0-0.3), frequency (0-0.2),
-    anchor (0.3)."""
+    """Seed 003's priority without its relevance term: recency, frequency, anchor."""
     idle_days = max(0.0, (now - episode.last_accessed_at).total_seconds() / 86400)
-    recency = 0.3 * math.exp(-idle_days / 30.0)
-    frequency = 0.2 * min(1.0, math.log1p(episode.access_count) / math.log1p(50))
-    anchor = 0.3 if episode.anchor else 0.0
+    recency = RECENCY_WEIGHT * math.exp(-idle_days / 30.0)
+    frequency = FREQUENCY_WEIGHT * min(1.0, math.log1p(episode.access_count) / math.log1p(50))
+    anchor = ANCHOR_WEIGHT if episode.anchor else 0.0
     return {"recency": recency, "frequency": frequency, "anchor": anchor}
 
 
@@ -103,7 +107,7 @@ def rerank(
     for episode_id, row in ranked.items():
         rel = relevance[episode_id] / top  # 0-1
         parts = priority_parts(row, now)
-        priority = sum(parts.values()) + 0.2 * rel
+        priority = sum(parts.values()) + RELEVANCE_WEIGHT * rel
         # Relevance first; the priority moves a hit by at most `weights.priority` of itself.
         score = relevance[episode_id] * (1.0 + weights.priority * priority)
         out.append((episode_id, score, {**parts, "relevance": rel, "priority": priority}))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,30 +43,37 @@ PACKED_TURNS_PER_EPISODE = 1
 _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="archive-search")
 _worker_lock = threading.Lock()
 _worker_connections: dict[int, Any] = {}
-_common_cache: dict[str, tuple[float, list[str]]] = {}
-_packed_count_cache: dict[str, tuple[float, int]] = {}
+_common_cache: dict[str, tuple[float, Any]] = {}
+_packed_count_cache: dict[str, tuple[float, Any]] = {}
+
+
+def _ttl_cached(cache: dict[str, tuple[float, Any]], key: str, ttl: float, compute: Callable[[], Any]) -> Any:
+    """``compute()`` cached per process under ``key`` for ``ttl`` seconds."""
+    now = time.monotonic()
+    cached = cache.get(key)
+    if cached is None or now - cached[0] >= ttl:
+        cached = (now, compute())
+        cache[key] = cached
+    return cached[1]
 
 
 def common_lexemes(table: str) -> list[str]:
     """Lexemes found in more than COMMON_LEXEME_SHARE of ``table``'s rows, from pg_stats
     (refreshed by autovacuum's ANALYZE); cached per process for a few minutes."""
-    cached = _common_cache.get(table)
-    now = time.monotonic()
-    if cached is not None and now - cached[0] < COMMON_LEXEMES_TTL:
-        return cached[1]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
-            "WHERE schemaname = current_schema() AND tablename = %s AND attname = 'search_vector'",
-            [table],
-        )
-        row = cursor.fetchone()
-    common: list[str] = []
-    if row is not None and row[0] is not None:
-        common = [
-            lexeme for lexeme, share in zip(row[0], row[1], strict=False) if share > COMMON_LEXEME_SHARE
-        ]
-    _common_cache[table] = (now, common)
+
+    def compute() -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
+                "WHERE schemaname = current_schema() AND tablename = %s AND attname = 'search_vector'",
+                [table],
+            )
+            row = cursor.fetchone()
+        if row is None or row[0] is None:
+            return []
+        return [lexeme for lexeme, share in zip(row[0], row[1], strict=False) if share > COMMON_LEXEME_SHARE]
+
+    common: list[str] = _ttl_cached(_common_cache, table, COMMON_LEXEMES_TTL, compute)
     return common
 
 
@@ -120,15 +128,13 @@ def _where(tenant_id: str, f: ArchiveFilters) -> tuple[str, list]:
 def packed_turns(tenant_id: str) -> int:
     """How many packed turns the tenant has (partial index `turn_packed_tenant`); cached per
     process for a minute: it only decides between an exact and an approximate plan."""
-    cached = _packed_count_cache.get(tenant_id)
-    now = time.monotonic()
-    if cached is not None and now - cached[0] < PACKED_COUNT_TTL:
-        return cached[1]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM episodes_turn WHERE tenant_id = %s AND packed", [tenant_id])
-        count = int(cursor.fetchone()[0])
-    _packed_count_cache[tenant_id] = (now, count)
-    return count
+
+    def compute() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM episodes_turn WHERE tenant_id = %s AND packed", [tenant_id])
+            return int(cursor.fetchone()[0])
+
+    return int(_ttl_cached(_packed_count_cache, tenant_id, PACKED_COUNT_TTL, compute))
 
 
 def search(
@@ -259,8 +265,9 @@ def _fetch_in_worker(sql: str, args: list) -> list[tuple]:
     # (request threads get this from Django at every request boundary).
     close_old_connections()
     rows = _fetch(sql, args)
-    with _worker_lock:
-        _worker_connections[threading.get_ident()] = connection.connection
+    if _worker_connections.get(threading.get_ident()) is not connection.connection:
+        with _worker_lock:  # a new connection for this thread: remember it for closing
+            _worker_connections[threading.get_ident()] = connection.connection
     return rows
 
 

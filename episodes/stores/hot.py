@@ -244,21 +244,19 @@ class HotStore:
                 )
             )
         text_query = None
-        # Stopwords out here: redisvl drops them too, but sends "@text:()" (a syntax error)
-        # when nothing is left.
+        # Stopwords are dropped here, once (redisvl would send "@text:()", a syntax error, when
+        # a query holds nothing else).
         words = " ".join(w for w in _WORD.findall(text.lower()) if w not in _stopwords()) if text else ""
         if words:
-            try:
-                text_query = TextQuery(
-                    text=words,
-                    text_field_name="text",
-                    filter_expression=expr,
-                    num_results=k,
-                    return_fields=fields,
-                )
-                queries.append(text_query)
-            except ValueError:
-                text_query = None  # nothing searchable left after stopwords
+            text_query = TextQuery(
+                text=words,
+                text_field_name="text",
+                filter_expression=expr,
+                num_results=k,
+                return_fields=fields,
+                stopwords=None,
+            )
+            queries.append(text_query)
         if not queries:
             return [], []
         results = self.index.batch_query(queries, batch_size=len(queries))
