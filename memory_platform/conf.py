@@ -33,6 +33,8 @@ DEFAULTS: dict[str, Any] = {
     "RRF_K": 60,
     "SEARCH_CANDIDATES": 50,
     "ACTIVATION_LIMIT": 3,
+    # the API's searches queue their usage counts; a background thread writes them this often
+    "USAGE_FLUSH_SECONDS": 0.5,
     # hot index
     "HOT_INDEX_ALGORITHM": "FLAT",
     "PURGE_GRACE_DAYS": 30,

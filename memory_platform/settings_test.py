@@ -16,3 +16,6 @@ from memory_platform.settings import *  # noqa: E402,F403
 
 MEMORY_TESTING = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Queued usage counts are written when a test flushes them, never by the thread between tests
+# (pytest-django refuses database access there).
+MEMORY = {**MEMORY, "USAGE_FLUSH_SECONDS": 3600.0}  # noqa: F405

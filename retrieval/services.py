@@ -17,8 +17,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import connection
 
 from episodes import selectors as episode_selectors
 from episodes.models import Episode, Layer, State
@@ -29,6 +28,7 @@ from memory_platform.conf import memory_settings
 from memory_platform.embeddings import EmbeddingError, get_embedder
 from memory_platform.tenancy.models import Tenant
 
+from . import usage
 from .fusion import weighted_rrf
 from .query import SearchQuery
 from .ranking import RetrievalWeights, priority_parts, rank_candidates, rerank
@@ -267,27 +267,11 @@ def _archive_candidates(
 def record_access(
     *, tenant: Tenant, episode_ids: list[int], now: datetime, traversed: list[int] | None = None
 ) -> None:
-    """Count a use without read-modify-write: F() updates, and a version bump so a migration in
-    flight sees the touch and abandons (seed 001).
-
-    On its own (not inside a caller's transaction) it commits without waiting for the WAL
-    flush: a usage count lost to a crash in the next few milliseconds is harmless, and every
-    search would otherwise wait for a disk sync."""
-    if not (episode_ids or traversed):
-        return
-    own_transaction = not connection.in_atomic_block
-    with transaction.atomic():
-        if own_transaction:
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        if episode_ids:
-            Episode.objects.filter(tenant=tenant, pk__in=episode_ids).update(
-                access_count=F("access_count") + 1, last_accessed_at=now, version=F("version") + 1
-            )
-        if traversed:
-            Episode.objects.filter(tenant=tenant, pk__in=traversed).update(
-                traverse_count=F("traverse_count") + 1, last_accessed_at=now, version=F("version") + 1
-            )
+    """Count a use now, without read-modify-write: one UPDATE adds to the counters and bumps the
+    version, so a migration in flight sees the touch and abandons (seed 001). The API's search
+    queues its uses instead (`usage.recorder`), to be written after the answer."""
+    if episode_ids or traversed:
+        usage.record(tenant.id, episode_ids, now, traversed or ())
 
 
 # --- shaping ---------------------------------------------------------------------------------------

@@ -32,12 +32,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _close_worker_connections(django_db_setup):
-    """Search runs half its Postgres work on worker threads, each with its own connection:
-    close them before pytest-django drops the test database."""
+def _close_worker_connections(django_db_setup, django_db_blocker):
+    """Search runs half its Postgres work on worker threads, and usage counts are written by a
+    thread, each with its own connection: close them before pytest-django drops the test database."""
     yield
     from episodes.stores.archive import close_worker_connections
+    from retrieval.usage import recorder
 
+    with django_db_blocker.unblock():
+        recorder.stop()
     close_worker_connections()
 
 

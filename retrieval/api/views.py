@@ -9,9 +9,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from episodes.services import EpisodeNotFound
-from memory_platform.api.base import AfterResponse, TenantAPIView
+from memory_platform.api.base import TenantAPIView
 
-from .. import services
+from .. import services, usage
 from ..context import context
 from ..query import SearchQuery
 from ..unpack import unpack
@@ -49,11 +49,9 @@ class SearchView(TenantAPIView):
         )
         now = timezone.now()
         body = services.search_shaped(tenant=self.tenant, query=query, now=now)
-        # The accesses are counted once the answer is on its way (same request, same connection).
-        ids = [hit["episode_id"] for hit in body["results"]]
-        return AfterResponse(
-            body, after=lambda: services.record_access(tenant=self.tenant, episode_ids=ids, now=now)
-        )
+        # The accesses are queued and written in the background, many searches per statement.
+        usage.recorder.add(self.tenant.id, [hit["episode_id"] for hit in body["results"]], now)
+        return Response(body)
 
 
 class ActivateView(TenantAPIView):

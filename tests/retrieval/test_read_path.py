@@ -1,13 +1,16 @@
-"""What keeps the read path fast: usage counted after the answer is sent, in no index; one
+"""What keeps the read path fast: usage counted in the background, in batches, in no index; one
 query embedding that matches the batch pipeline."""
+
+import time
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from episodes.models import Episode, Turn
-from memory_platform.api.base import AfterResponse
 from memory_platform.embeddings import get_embedder
+from retrieval.usage import UsageRecorder, recorder
 
 from .test_search import pack, turns
 
@@ -26,31 +29,64 @@ def test_usage_columns_are_in_no_index():
             assert column not in definition, f"{name} indexes {column}: every search would write the index"
 
 
-def test_after_response_work_runs_on_close_and_its_failure_is_only_logged(caller, caplog):
-    calls = []
-    ok = AfterResponse({"a": 1}, after=lambda: calls.append("done"))
-    assert calls == []
-    ok.close()
-    ok.close()
-    assert calls == ["done"]
-
-    def boom():
-        raise RuntimeError("usage update failed")
-
-    failing = AfterResponse({"a": 1}, after=boom)
-    failing.close()
-    assert "after-response work failed" in caplog.text
-
-
-def test_search_counts_the_access_of_each_returned_episode_once(caller):
+def test_search_counts_the_access_of_each_returned_episode_once_after_answering(caller):
     for i in range(3):
         turns(caller, f"s{i}", [f"garden note number {i}", "noted"])
     response = caller.post("/api/v1/search", {"query": "garden note", "limit": 2})
     assert response.status_code == 200
     returned = [hit["episode_id"] for hit in response.json()["results"]]
     assert len(returned) == 2
-    counts = dict(Episode.objects.filter(tenant=caller.tenant).values_list("pk", "access_count"))
-    assert {pk: n for pk, n in counts.items() if n} == {pk: 1 for pk in returned}
+
+    def counts():
+        return dict(Episode.objects.filter(tenant=caller.tenant).values_list("pk", "access_count"))
+
+    # Queued for the background writer (this test runs outside a transaction, as the server does).
+    assert recorder.pending() >= 2
+    assert not any(counts().values())
+    recorder.flush()
+    assert {pk: n for pk, n in counts().items() if n} == {pk: 1 for pk in returned}
+
+
+def test_the_background_writer_writes_queued_uses_in_one_batch(caller):
+    for i in range(3):
+        turns(caller, f"s{i}", [f"orchard note {i}", "noted"])
+    ids = sorted(Episode.objects.filter(tenant=caller.tenant).values_list("pk", flat=True))
+    before = {e.pk: e for e in Episode.objects.filter(pk__in=ids)}
+    first, later = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 3, 2, tzinfo=UTC)
+    writer = UsageRecorder(interval=0.05)
+    writer.add(caller.tenant.id, ids[:2], first)
+    writer.add(caller.tenant.id, ids[1:2], later, traversed=ids[2:])
+    deadline = time.monotonic() + 10
+    while writer.pending() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    writer.stop()
+    after = {e.pk: e for e in Episode.objects.filter(pk__in=ids)}
+    assert [after[pk].access_count - before[pk].access_count for pk in ids] == [1, 2, 0]
+    assert [after[pk].traverse_count - before[pk].traverse_count for pk in ids] == [0, 0, 1]
+    assert [after[pk].version - before[pk].version for pk in ids] == [1, 2, 1]
+    assert [after[pk].last_accessed_at for pk in ids] == [first, later, later]
+
+
+def test_queued_uses_never_touch_another_tenants_episode(caller, outsider):
+    turns(caller, "s", ["a note of mine", "ok"])
+    turns(outsider, "s", ["a note of theirs", "ok"])
+    theirs = Episode.objects.get(tenant=outsider.tenant)
+    version = theirs.version
+    writer = UsageRecorder(interval=60)
+    writer.add(caller.tenant.id, [theirs.pk], datetime(2026, 3, 1, tzinfo=UTC))  # a forged id
+    assert writer.flush() == 0
+    writer.stop()
+    theirs.refresh_from_db()
+    assert theirs.access_count == 0 and theirs.version == version
+
+
+def test_uses_inside_a_transaction_are_written_at_once_on_its_connection(caller):
+    turns(caller, "s", ["a pear note", "ok"])
+    episode = Episode.objects.get(tenant=caller.tenant)
+    with transaction.atomic():
+        UsageRecorder(interval=60).add(caller.tenant.id, [episode.pk], datetime(2026, 3, 1, tzinfo=UTC))
+        episode.refresh_from_db()
+        assert episode.access_count == 1
 
 
 def test_query_embedding_matches_the_batch_pipeline():

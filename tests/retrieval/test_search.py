@@ -7,6 +7,7 @@ from episodes.indexing import hot_remove
 from episodes.models import Episode, Turn
 from episodes.stores.hot import hot_store
 from memory_platform.redis_client import get_redis
+from retrieval.usage import recorder
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -168,6 +169,7 @@ def test_access_is_recorded_without_read_modify_write(caller, corpus):
     before = Episode.objects.get(pk=corpus["trip"])
     search(caller, "Lisbon hotel")
     search(caller, "Lisbon hotel")
+    recorder.flush()  # the API queues its uses for the background writer
     after = Episode.objects.get(pk=corpus["trip"])
     assert after.access_count == before.access_count + 2
     assert after.version >= before.version + 2
