@@ -7,8 +7,6 @@ statement built here.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +16,7 @@ import numpy as np
 from django.db import close_old_connections, connection
 
 from episodes.models import Layer
+from memory_platform.ttl_cache import ttl_cached
 
 # Any-word full text ranks at most this many matches (ranking every match of a common word
 # costs hundreds of ms at 100k rows, DESIGN §9).
@@ -47,16 +46,6 @@ _common_cache: dict[str, tuple[float, Any]] = {}
 _packed_count_cache: dict[str, tuple[float, Any]] = {}
 
 
-def _ttl_cached(cache: dict[str, tuple[float, Any]], key: str, ttl: float, compute: Callable[[], Any]) -> Any:
-    """``compute()`` cached per process under ``key`` for ``ttl`` seconds."""
-    now = time.monotonic()
-    cached = cache.get(key)
-    if cached is None or now - cached[0] >= ttl:
-        cached = (now, compute())
-        cache[key] = cached
-    return cached[1]
-
-
 def common_lexemes(table: str) -> list[str]:
     """Lexemes found in more than COMMON_LEXEME_SHARE of ``table``'s rows, from pg_stats
     (refreshed by autovacuum's ANALYZE); cached per process for a few minutes."""
@@ -73,7 +62,7 @@ def common_lexemes(table: str) -> list[str]:
             return []
         return [lexeme for lexeme, share in zip(row[0], row[1], strict=False) if share > COMMON_LEXEME_SHARE]
 
-    common: list[str] = _ttl_cached(_common_cache, table, COMMON_LEXEMES_TTL, compute)
+    common: list[str] = ttl_cached(_common_cache, table, COMMON_LEXEMES_TTL, compute)
     return common
 
 
@@ -134,7 +123,7 @@ def packed_turns(tenant_id: str) -> int:
             cursor.execute("SELECT count(*) FROM episodes_turn WHERE tenant_id = %s AND packed", [tenant_id])
             return int(cursor.fetchone()[0])
 
-    return int(_ttl_cached(_packed_count_cache, tenant_id, PACKED_COUNT_TTL, compute))
+    return int(ttl_cached(_packed_count_cache, tenant_id, PACKED_COUNT_TTL, compute))
 
 
 def search(

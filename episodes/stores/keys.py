@@ -8,6 +8,9 @@ from __future__ import annotations
 
 INDEX_BASE = "mp:idx:hot:v1"
 ALGORITHMS = ("FLAT", "HNSW")
+# Earlier names of the hot index over the same keys (dropped when found: every write would
+# index each document twice).
+LEGACY_INDEXES = (INDEX_BASE,)
 
 
 def index_name(algorithm: str) -> str:

@@ -1,0 +1,95 @@
+"""The hot index's reads: the KNN filter policy follows the tenant's share of the index, and
+replies read the same over RESP2 and RESP3."""
+
+import pytest
+import redis
+from django.conf import settings
+
+from episodes.stores import keys
+from episodes.stores.hot import HotFilters, HotStore, hot_store
+
+from ..conftest import Caller, unit_vectors
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def ingest(caller, session, vectors):
+    body = caller.post(
+        "/api/v1/turns",
+        {
+            "session_id": session,
+            "turns": [
+                {
+                    "role": "user",
+                    "text": f"ledger entry {i} about apples",
+                    "vector": v.tolist(),
+                    "episode_boundary": True,
+                }
+                for i, v in enumerate(vectors)
+            ],
+        },
+    )
+    assert body.status_code == 201, body.json()
+
+
+def turn_ids(hits):
+    return [h.turn_id for h in hits]
+
+
+def test_a_big_tenant_walks_the_vector_index_and_small_or_narrowed_searches_score_exactly(provided):
+    big_vectors = unit_vectors(30, seed=11)
+    ingest(provided, "s1", big_vectors)
+    small = Caller("small-co", embedder="provided")
+    small_vectors = unit_vectors(2, seed=12)
+    ingest(small, "s1", small_vectors)
+    big_hex, small_hex = provided.tenant.id.hex, small.tenant.id.hex
+    store = HotStore()
+    assert store._hybrid_policy(big_hex, HotFilters()) == "BATCHES"
+    assert store._hybrid_policy(big_hex, HotFilters(session_id="s1")) == "ADHOC_BF"
+    assert store._hybrid_policy(small_hex, HotFilters()) == "ADHOC_BF"
+
+    # Both policies rank the big tenant's turns alike (the default FLAT index is exact either way).
+    query = big_vectors[3]
+    store._hybrid_policy = lambda *_: "BATCHES"  # type: ignore[method-assign]
+    walked, _ = store.search(big_hex, vector=query, text=None, filters=HotFilters(), k=10)
+    store._hybrid_policy = lambda *_: "ADHOC_BF"  # type: ignore[method-assign]
+    exact, _ = store.search(big_hex, vector=query, text=None, filters=HotFilters(), k=10)
+    assert turn_ids(walked) == turn_ids(exact) and len(walked) == 10
+    assert walked[0].score == pytest.approx(1.0, abs=1e-5)
+
+    # The small tenant sees its own turns only, nearest first.
+    hits, _ = hot_store().search(small_hex, vector=small_vectors[1], text=None, filters=HotFilters(), k=10)
+    assert len(hits) == 2 and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert all(h.doc_id.startswith(keys.tenant_tag(small_hex)) for h in hits)
+
+
+def test_replies_read_the_same_over_resp2_and_resp3(provided):
+    vectors = unit_vectors(5, seed=13)
+    ingest(provided, "s1", vectors)
+    tenant_hex = provided.tenant.id.hex
+    found = {}
+    for protocol in (2, 3):
+        store = HotStore(client=redis.Redis.from_url(settings.REDIS_URL, protocol=protocol))
+        found[protocol] = store.search(
+            tenant_hex, vector=vectors[2], text="ledger apples", filters=HotFilters(), k=10
+        )
+    for by_vector, by_text in found.values():
+        assert len(by_vector) == 5 and len(by_text) == 5
+        assert by_vector[0].score == pytest.approx(1.0, abs=1e-5) and by_text[0].score > 0
+    assert [(h.doc_id, h.episode_id, h.turn_id) for h in found[2][0]] == [
+        (h.doc_id, h.episode_id, h.turn_id) for h in found[3][0]
+    ]
+    assert [(h.turn_id, round(h.score, 6)) for h in found[2][1]] == [
+        (h.turn_id, round(h.score, 6)) for h in found[3][1]
+    ]
+
+
+def test_an_index_left_under_an_earlier_name_is_dropped():
+    client = hot_store().client
+    client.execute_command(
+        "FT.CREATE", keys.INDEX_BASE, "ON", "HASH", "PREFIX", "1", keys.KEY_PREFIX, "SCHEMA", "tenant", "TAG"
+    )
+    HotStore().ensure_index()
+    names = {n.decode() if isinstance(n, bytes) else n for n in client.execute_command("FT._LIST")}
+    assert keys.INDEX_BASE not in names
+    assert keys.index_name(str(settings.MEMORY["HOT_INDEX_ALGORITHM"])) in names
