@@ -3,10 +3,16 @@ through the ``MEMORY["SEGMENTATION_RULES"]`` hook, so episodes never imports lif
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
+from django.db import connection
+
 from episodes.segmentation import SegmentationRules
+from memory_platform import db
 from memory_platform.tenancy.models import Tenant
 
-from .models import policy_for
+from .models import MemoryPolicy, policy_for
 
 
 def segmentation_rules(tenant: Tenant) -> SegmentationRules:
@@ -16,3 +22,31 @@ def segmentation_rules(tenant: Tenant) -> SegmentationRules:
         split_similarity=float(policy.episode_split_similarity),
         max_turns=int(policy.episode_max_turns),
     )
+
+
+class SearchSettings(NamedTuple):
+    """What the read path needs of the policy (seed 004 fusion, seed 000 activation)."""
+
+    rrf_vector_weight: float
+    rrf_text_weight: float
+    rrf_k: int
+    search_packed_turns: bool
+    activation_limit: int
+
+
+@functools.cache
+def _search_settings_query() -> str:
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(MemoryPolicy._meta.get_field(name).column) for name in SearchSettings._fields)
+    return f"SELECT {columns} FROM {quote(MemoryPolicy._meta.db_table)} WHERE tenant_id = %s"
+
+
+def search_settings(tenant: Tenant) -> SearchSettings:
+    """Five columns of the tenant's policy: every search reads them, so not the whole policy
+    (building the policy object costs more than the statement); the policy is created with its
+    defaults on first use."""
+    row = db.fetch_one(_search_settings_query(), [tenant.pk])
+    if row is None:
+        policy = policy_for(tenant)
+        row = tuple(getattr(policy, name) for name in SearchSettings._fields)
+    return SearchSettings(float(row[0]), float(row[1]), int(row[2]), bool(row[3]), int(row[4]))

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from django.db import connection
-
 from episodes.models import Episode, State
+from memory_platform import db
 from memory_platform.tenancy.models import Tenant
 
 
@@ -78,13 +77,12 @@ def rank_rows(tenant: Tenant, episode_ids: list[int]) -> list[RankRow]:
     """What ranking reads of each candidate, in one statement with the ids as one array."""
     if not episode_ids:
         return []
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, layer, anchor, access_count, last_accessed_at FROM episodes_episode "
-            "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
-            [tenant.id, episode_ids, State.FORGOTTEN.value],
-        )
-        return [RankRow(*row) for row in cursor.fetchall()]
+    rows = db.fetch(
+        "SELECT id, layer, anchor, access_count, last_accessed_at FROM episodes_episode "
+        "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
+        [tenant.id, episode_ids, State.FORGOTTEN.value],
+    )
+    return [RankRow(*row) for row in rows]
 
 
 def priority_parts(episode: Episode | RankRow, now: datetime) -> dict[str, float]:

@@ -8,7 +8,6 @@ by the seed-003 priority; each hit shaped by its layer.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from episodes.models import Episode, Layer, State
 from episodes.services import EpisodeNotFound
 from episodes.stores import archive
 from episodes.stores.hot import HotFilters, HotUnavailable, hot_store
+from memory_platform import db
 from memory_platform.conf import memory_settings
 from memory_platform.embeddings import EmbeddingError, get_embedder
 from memory_platform.tenancy.models import Tenant
@@ -38,28 +38,28 @@ logger = logging.getLogger(__name__)
 _hot_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hot-search")
 
 
-def _policy(tenant: Tenant):  # type: ignore[no-untyped-def]
-    """The tenant's policy, read once per tenant object (one request, one command run)."""
-    cached = getattr(tenant, "_policy_cache", None)
+def _settings(tenant: Tenant):  # type: ignore[no-untyped-def]
+    """The policy's search settings, read once per tenant object (one request, one command run)."""
+    cached = getattr(tenant, "_search_settings", None)
     if cached is None:
-        from lifecycle.models import policy_for
+        from lifecycle.selectors import search_settings
 
-        cached = policy_for(tenant)
-        tenant._policy_cache = cached  # type: ignore[attr-defined]
+        cached = search_settings(tenant)
+        tenant._search_settings = cached  # type: ignore[attr-defined]
     return cached
 
 
 def activation_limit(tenant: Tenant) -> int:
-    return int(_policy(tenant).activation_limit)
+    return int(_settings(tenant).activation_limit)
 
 
 def default_weights(tenant: Tenant) -> RetrievalWeights:
     """The tenant's policy decides the fusion (seed 004 defaults: 0.7 / 0.3, k 60)."""
-    policy = _policy(tenant)
+    settings = _settings(tenant)
     return RetrievalWeights(
-        vector=float(policy.rrf_vector_weight),
-        text=float(policy.rrf_text_weight),
-        k=int(policy.rrf_k),
+        vector=settings.rrf_vector_weight,
+        text=settings.rrf_text_weight,
+        k=settings.rrf_k,
         candidates=int(memory_settings.SEARCH_CANDIDATES),
     )
 
@@ -156,13 +156,12 @@ def search(
             hot_turns[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
 
     order = rerank(ranked, episode_relevance, weights, now)[: query.limit]
-    episodes = {
-        e.pk: e
-        for e in Episode.objects.raw(
-            f"SELECT {_hit_columns()} FROM episodes_episode WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
-            [tenant.id, [pk for pk, _, _ in order], State.FORGOTTEN.value],
-        )
-    }
+    columns, names = _hit_columns()
+    rows = db.fetch(
+        f"SELECT {columns} FROM episodes_episode WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
+        [tenant.id, [pk for pk, _, _ in order], State.FORGOTTEN.value],
+    )
+    episodes = {e.pk: e for e in (Episode.from_db(connection.alias, names, row) for row in rows)}
     hits = []
     for pk, score, parts in order:
         if pk not in episodes:  # forgotten since it was ranked
@@ -240,7 +239,7 @@ def _archive_candidates(
         occurred_from=query.occurred_from,
         occurred_to=query.occurred_to,
         include_dormant=query.include_dormant,
-        raw_turns=bool(_policy(tenant).search_packed_turns),
+        raw_turns=_settings(tenant).search_packed_turns,
     )
     vector_hits, text_hits = archive.search(
         str(tenant.id), vector=vector, text=query.text, filters=filters, k=k
@@ -329,31 +328,30 @@ def turns_for(episode_ids: list[int], *, full: set[int]) -> dict[int, list[TurnR
     full_ids = [e for e in episode_ids if e in full]
     id_only = [e for e in episode_ids if e not in full]
     order = "ORDER BY episode_id, seq, id"
-    with connection.cursor() as cursor:
-        if full_ids:
-            cursor.execute(
-                "SELECT id, episode_id, seq, role, text, occurred_at, metadata::text FROM episodes_turn "
-                f"WHERE episode_id = ANY(%s) {order}",
-                [full_ids],
-            )
-            for pk, episode_id, seq, role, text, occurred_at, metadata in cursor.fetchall():
-                meta = json.loads(metadata) if metadata else {}
-                out[episode_id].append(TurnRow(pk, episode_id, seq, role, text, occurred_at, meta))
-        if id_only:
-            cursor.execute(
-                f"SELECT id, episode_id, seq FROM episodes_turn WHERE episode_id = ANY(%s) {order}", [id_only]
-            )
-            for row in cursor.fetchall():
-                out[row[1]].append(TurnRow(*row))
+    if full_ids:
+        rows = db.fetch(
+            "SELECT id, episode_id, seq, role, text, occurred_at, metadata FROM episodes_turn "
+            f"WHERE episode_id = ANY(%s) {order}",
+            [full_ids],
+        )
+        for pk, episode_id, seq, role, text, occurred_at, metadata in rows:
+            out[episode_id].append(TurnRow(pk, episode_id, seq, role, text, occurred_at, metadata or {}))
+    if id_only:
+        for row in db.fetch(
+            f"SELECT id, episode_id, seq FROM episodes_turn WHERE episode_id = ANY(%s) {order}", [id_only]
+        ):
+            out[row[1]].append(TurnRow(*row))
     return out
 
 
 @functools.cache
-def _hit_columns() -> str:
-    """An episode's columns as a hit shows it: vectors, search text and metadata stay behind."""
+def _hit_columns() -> tuple[str, list[str]]:
+    """An episode's columns as a hit shows it (vectors, search text and metadata stay behind),
+    and their field names."""
     left_out = {"embedding", "search_text", "search_vector", "metadata"}
+    fields = [f for f in Episode._meta.concrete_fields if f.attname not in left_out]
     quote = connection.ops.quote_name
-    return ", ".join(quote(str(f.column)) for f in Episode._meta.concrete_fields if f.attname not in left_out)
+    return ", ".join(quote(str(f.column)) for f in fields), [f.attname for f in fields]
 
 
 def search_shaped(*, tenant: Tenant, query: SearchQuery, now: datetime) -> dict[str, Any]:

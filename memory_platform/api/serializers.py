@@ -46,8 +46,6 @@ class VectorField(serializers.ListField):
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, list):
             raise serializers.ValidationError("vector must be a list of numbers")
-        if any(isinstance(v, bool) or not isinstance(v, int | float) for v in data):
-            raise serializers.ValidationError("vector must contain only numbers")
         tenant = self.context.get("tenant")
         dim = tenant.embedding_dim if tenant is not None else int(memory_settings.EMBEDDING_DIM)
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -31,22 +30,26 @@ class Embedder(ABC):
         return self.embed([text])[0]
 
 
+# Exactly int or float: a bool is an int to isinstance, and is not a coordinate.
+_NUMBER_TYPES = (int, float)
+
+
 def validate_vector(vector: Sequence[float], dim: int) -> np.ndarray:
-    """Check a caller-supplied vector: right size, finite, not all zeros; return it normalised."""
+    """Check a caller-supplied vector: right size, numbers only (not booleans), finite, not all
+    zeros; return it normalised."""
     if not isinstance(vector, list | tuple | np.ndarray):
         raise EmbeddingError("vector must be a list of numbers")
     if len(vector) != dim:
         raise EmbeddingError(f"vector has {len(vector)} dimensions; this tenant uses {dim}")
-    try:
-        values = [float(v) for v in vector]
-    except (TypeError, ValueError):
-        raise EmbeddingError("vector must contain only numbers") from None
-    if any(isinstance(v, bool) for v in vector):
+    if isinstance(vector, np.ndarray):
+        if vector.ndim != 1 or vector.dtype.kind not in "iuf":
+            raise EmbeddingError("vector must contain only numbers")
+    elif not all(v.__class__ in _NUMBER_TYPES or isinstance(v, np.integer | np.floating) for v in vector):
         raise EmbeddingError("vector must contain only numbers")
-    if not all(math.isfinite(v) for v in values):
+    array = np.asarray(vector, dtype=np.float64)
+    if not np.isfinite(array).all():
         raise EmbeddingError("vector contains NaN or infinite values")
-    array = np.asarray(values, dtype=np.float32)
     norm = float(np.linalg.norm(array))
     if norm == 0.0:
         raise EmbeddingError("vector is all zeros")
-    return array / norm
+    return (array / norm).astype(np.float32)

@@ -10,6 +10,8 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from memory_platform import db
+
 from .models import ApiKey, Tenant
 
 # last_used_at is informational: refresh it at most once a minute per key, so reads stay reads.
@@ -40,9 +42,7 @@ def key_for(secret: str) -> ApiKey | None:
     ``get_from_key``."""
     prefix, _, _ = secret.partition(".")
     sql, key_names, tenant_names = _key_query()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prefix])
-        row = cursor.fetchone()
+    row = db.fetch_one(sql, [prefix])
     if row is None:
         return None
     key = ApiKey.from_db(connection.alias, key_names, row[: len(key_names)])

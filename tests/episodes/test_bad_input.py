@@ -40,6 +40,10 @@ TOO_LONG = "x" * 32_001
         ({"turns": [_good_turn(vector=[0.1] * 10)]}, "turns"),
         ({"turns": [_good_turn(vector=[0.0] * 384)]}, "turns"),
         ({"turns": [_good_turn(vector=["a"] * 384)]}, "turns"),
+        ({"turns": [_good_turn(vector=["0.5"] + [0.1] * 383)]}, "turns"),
+        ({"turns": [_good_turn(vector=[True] + [0.1] * 383)]}, "turns"),
+        ({"turns": [_good_turn(vector=[[0.1]] + [0.1] * 383)]}, "turns"),
+        ({"turns": [_good_turn(vector=[None] + [0.1] * 383)]}, "turns"),
         ({"turns": [_good_turn(session_id="s" * 300)]}, "turns"),
     ],
 )

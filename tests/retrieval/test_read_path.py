@@ -249,3 +249,24 @@ def test_common_lexemes_come_from_the_planner_statistics(caller, monkeypatch):
     assert "garden" in common and "note" in common  # in every turn
     assert "foxtrot" not in common  # in one turn of six
     assert archive.common_lexemes("episodes_turn") is common  # cached
+
+
+def test_search_reads_its_settings_from_the_tenants_policy(caller):
+    from lifecycle.models import MemoryPolicy
+    from memory_platform.tenancy.models import Tenant
+    from retrieval.services import activation_limit, default_weights
+
+    MemoryPolicy.objects.filter(tenant=caller.tenant).delete()
+    weights = default_weights(Tenant.objects.get(pk=caller.tenant.pk))  # created with the defaults
+    assert (weights.vector, weights.text, weights.k) == (0.7, 0.3, 60)
+    assert MemoryPolicy.objects.filter(tenant=caller.tenant).count() == 1
+
+    MemoryPolicy.objects.filter(tenant=caller.tenant).update(
+        rrf_vector_weight=0.4, rrf_text_weight=0.6, rrf_k=20, activation_limit=7, search_packed_turns=False
+    )
+    tenant = Tenant.objects.get(pk=caller.tenant.pk)
+    weights = default_weights(tenant)
+    assert (weights.vector, weights.text, weights.k, activation_limit(tenant)) == (0.4, 0.6, 20, 7)
+    from retrieval.services import _settings
+
+    assert _settings(tenant).search_packed_turns is False
