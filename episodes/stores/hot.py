@@ -1,6 +1,5 @@
-"""The hot tier in Redis (redisvl). Every tenant has its own index over its own keys, chosen here
-from the tenant every method takes: no query can reach another tenant's documents, and BM25's
-statistics are the tenant's own. Callers pass a tenant, never an index or a raw filter.
+"""The hot tier in Redis (redisvl). The tenant filter is added here, inside every query, so no
+caller can forget it; callers pass a tenant, never a raw filter.
 """
 
 from __future__ import annotations
@@ -22,12 +21,18 @@ from redisvl.utils.stopwords import get_stopwords
 
 from memory_platform.conf import memory_settings
 from memory_platform.redis_client import get_redis
+from memory_platform.ttl_cache import ttl_cached
 
 from . import keys
 
 logger = logging.getLogger(__name__)
 
 HotUnavailable = (redis.RedisError, OSError)
+
+# A KNN query walks the vector index (HYBRID_POLICY BATCHES) when the tenant holds at least this
+# share of the index's documents; below, it scores exactly the tenant's own documents (ADHOC_BF).
+BATCHES_MIN_SHARE = 0.1
+DOC_COUNT_TTL = 60.0
 
 # Query words only: punctuation would reach RediSearch escaped ("group\\?") and match nothing.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -85,59 +90,49 @@ class HotStore:
 
     def __init__(self, client: redis.Redis | None = None):
         self.client = client or get_redis()
-        self._indexes: dict[str, SearchIndex] = {}
-        self._ensured: set[str] = set()
-        self._legacy_dropped = False
+        self._index: SearchIndex | None = None
+        self._ensured = False
+        self._counts: dict[str, tuple[float, Any]] = {}
 
     # --- index management --------------------------------------------------------------------------
-    def index(self, tenant_hex: str) -> SearchIndex:
-        """The tenant's own index: its statistics (BM25's document frequencies and lengths) are
-        its own, and a query on it cannot reach another tenant's documents."""
-        index = self._indexes.get(tenant_hex)
-        if index is None:
+    @property
+    def index(self) -> SearchIndex:
+        if self._index is None:
             schema = keys.hot_schema(
-                tenant_hex, int(memory_settings.EMBEDDING_DIM), str(memory_settings.HOT_INDEX_ALGORITHM)
+                int(memory_settings.EMBEDDING_DIM), str(memory_settings.HOT_INDEX_ALGORITHM)
             )
-            index = SearchIndex.from_dict(schema, redis_client=self.client, validate_on_load=False)
-            self._indexes[tenant_hex] = index
-        return index
+            self._index = SearchIndex.from_dict(schema, redis_client=self.client, validate_on_load=False)
+        return self._index
 
-    def ensure_index(self, tenant_hex: str) -> None:
-        """Create the tenant's index once per process (FT.INFO first: FT.CREATE on an existing
-        index errors). Redis indexes the tenant's existing documents in the background."""
-        if tenant_hex in self._ensured:
+    def ensure_index(self) -> None:
+        """Create the index once per process (FT.INFO first: FT.CREATE on an existing index errors)."""
+        if self._ensured:
             return
-        if not self._legacy_dropped:
-            self._drop(keys.LEGACY_INDEXES)
-            self._legacy_dropped = True
         algorithm = str(memory_settings.HOT_INDEX_ALGORITHM).upper()
-        # Two indexes over the same keys would double memory and write cost.
-        self._drop([keys.index_name(tenant_hex, a) for a in keys.ALGORITHMS if a != algorithm])
+        others = [keys.index_name(a) for a in keys.ALGORITHMS if a != algorithm] + list(keys.LEGACY_INDEXES)
+        for other in others:
+            # Two indexes over the same keys would double memory and write cost.
+            with contextlib.suppress(redis.ResponseError):
+                self.client.execute_command("FT.DROPINDEX", other)
         try:
-            self.client.execute_command("FT.INFO", keys.index_name(tenant_hex, algorithm))
+            self.client.execute_command("FT.INFO", keys.index_name(algorithm))
         except redis.ResponseError:
             try:
-                self.index(tenant_hex).create(overwrite=False)
+                self.index.create(overwrite=False)
             except redis.ResponseError as exc:  # created meanwhile by another process
                 if "already exists" not in str(exc).lower():
                     raise
-        self._ensured.add(tenant_hex)
-
-    def _drop(self, names: Iterable[str]) -> None:
-        for name in names:
-            with contextlib.suppress(redis.ResponseError):  # not there
-                self.client.execute_command("FT.DROPINDEX", name)
+        self._ensured = True
 
     def forget_index_state(self) -> None:
-        """After a FLUSHALL or a data loss, check for the indexes again on next use."""
-        self._ensured.clear()
-        self._legacy_dropped = False
+        """After a FLUSHALL or a data loss, check for the index again on next use."""
+        self._ensured = False
 
     # --- writes ------------------------------------------------------------------------------------
     def index_episode(self, episode: Any, docs: Iterable[TurnDoc]) -> int:
         """Write (or overwrite) the episode document and its turn documents. Returns docs written."""
+        self.ensure_index()
         tenant_hex = episode.tenant_id.hex
-        self.ensure_index(tenant_hex)
         base: dict[str, Any] = {
             "tenant": tenant_hex,
             "user_id": episode.user_id,
@@ -195,9 +190,6 @@ class HotStore:
         return int(self.client.unlink(*docs))
 
     def drop_tenant(self, tenant_hex: str) -> int:
-        """Remove the tenant's documents and its index."""
-        self._drop([keys.index_name(tenant_hex, a) for a in keys.ALGORITHMS])
-        self._ensured.discard(tenant_hex)
         removed = 0
         batch: list[str] = []
         for key in self.client.scan_iter(match=keys.tenant_pattern(tenant_hex), count=1000):
@@ -210,10 +202,8 @@ class HotStore:
         return removed
 
     # --- reads -------------------------------------------------------------------------------------
-    @staticmethod
-    def _filter(doctype: str, filters: HotFilters) -> FilterExpression:
-        """The filter inside the tenant's index (the index is the tenant scope)."""
-        expr = Tag("doctype") == doctype
+    def _filter(self, tenant_hex: str, doctype: str, filters: HotFilters) -> FilterExpression:
+        expr = (Tag("tenant") == tenant_hex) & (Tag("doctype") == doctype)
         if filters.user_id is not None:
             expr &= Tag("user_id") == filters.user_id
         if filters.agent_id is not None:
@@ -249,8 +239,8 @@ class HotStore:
         redisvl builds the two queries; they are sent as plain FT.SEARCH commands and only the
         fields used are read from the replies (redisvl's own result processing costs more than
         Redis takes to answer)."""
-        self.ensure_index(tenant_hex)
-        expr = self._filter(doctype, filters)
+        self.ensure_index()
+        expr = self._filter(tenant_hex, doctype, filters)
         fields = ["episode", "turn_id"]
         queries: list[tuple[str, Any]] = []
         if vector is not None:
@@ -264,7 +254,7 @@ class HotStore:
                         filter_expression=expr,
                         num_results=k,
                         dtype="float32",
-                        hybrid_policy=self._hybrid_policy(filters),
+                        hybrid_policy=self._hybrid_policy(tenant_hex, filters),
                     ),
                 )
             )
@@ -292,7 +282,7 @@ class HotStore:
             params = [part for name, value in (query.params or {}).items() for part in (name, value)]
             pipe.execute_command(
                 "FT.SEARCH",
-                self.index(tenant_hex).name,
+                self.index.name,
                 *query.get_args(),
                 *(["PARAMS", len(params), *params] if params else []),
             )
@@ -302,13 +292,13 @@ class HotStore:
             _hits(replies.get("text"), distance=False),
         )
 
-    @staticmethod
-    def _hybrid_policy(filters: HotFilters) -> str:
+    def _hybrid_policy(self, tenant_hex: str, filters: HotFilters) -> str:
         """How RediSearch applies the filter to a KNN query. BATCHES walks the vector index and
-        filters what it meets: right when the filter keeps most of the tenant's turns. ADHOC_BF
-        computes the distance of every document the filter keeps: exact, and cheap when they are
-        few (a session, a kind, tags, a time window). Left to itself, RediSearch picked ADHOC_BF
-        for the active turns of a 10k-turn tenant (7 ms instead of 0.7 ms with HNSW)."""
+        filters what it meets: right when the filter keeps a large share of the index (a big tenant,
+        no narrower scope). ADHOC_BF computes the distance of every document the filter keeps:
+        exact, and cheap when they are few (a small tenant, or a session, kind, tag, time window).
+        Left to itself, RediSearch picks ADHOC_BF for a tenant holding half the index (7 ms instead
+        of 0.7 ms on 10k HNSW documents)."""
         narrowed = (
             filters.user_id is not None
             or filters.agent_id is not None
@@ -319,28 +309,61 @@ class HotStore:
             or filters.occurred_from is not None
             or filters.occurred_to is not None
         )
-        return "ADHOC_BF" if narrowed else "BATCHES"
+        if narrowed:
+            return "ADHOC_BF"
+        tenant_docs, all_docs = self._doc_counts(tenant_hex)
+        return "BATCHES" if tenant_docs >= BATCHES_MIN_SHARE * all_docs else "ADHOC_BF"
+
+    def _doc_counts(self, tenant_hex: str) -> tuple[int, int]:
+        """(the tenant's documents, the index's documents), refreshed every DOC_COUNT_TTL seconds."""
+
+        def compute() -> tuple[int, int]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.execute_command(
+                "FT.SEARCH", self.index.name, f"@tenant:{{{tenant_hex}}}", "LIMIT", 0, 0, "DIALECT", 2
+            )
+            pipe.execute_command("FT.INFO", self.index.name)
+            found, info = pipe.execute()
+            return _total(found), _info_num_docs(info)
+
+        counts: tuple[int, int] = ttl_cached(self._counts, tenant_hex, DOC_COUNT_TTL, compute)
+        return counts
 
     def episode_ids(
         self, tenant_hex: str, filters: HotFilters | None = None, limit: int = 10_000
     ) -> set[int]:
         """Ids of the tenant's hot episodes that have an episode document."""
-        self.ensure_index(tenant_hex)
+        self.ensure_index()
         query = FilterQuery(
-            filter_expression=self._filter(keys.DOC_EPISODE, filters or HotFilters(exclude_dormant=False)),
+            filter_expression=self._filter(
+                tenant_hex, keys.DOC_EPISODE, filters or HotFilters(exclude_dormant=False)
+            ),
             return_fields=["episode"],
             num_results=limit,
         )
-        return {int(row["episode"]) for row in self.index(tenant_hex).query(query)}
+        return {int(row["episode"]) for row in self.index.query(query)}
 
     def count(self, tenant_hex: str, doctype: str = keys.DOC_TURN) -> int:
-        self.ensure_index(tenant_hex)
-        expr = self._filter(doctype, HotFilters(exclude_dormant=False))
-        return int(self.index(tenant_hex).query(CountQuery(filter_expression=expr)))
+        self.ensure_index()
+        expr = self._filter(tenant_hex, doctype, HotFilters(exclude_dormant=False))
+        return int(self.index.query(CountQuery(filter_expression=expr)))
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _total(reply: Any) -> int:
+    if isinstance(reply, dict):  # RESP3
+        return int(reply.get(b"total_results", reply.get("total_results", 0)))
+    return int(reply[0])
+
+
+def _info_num_docs(info: Any) -> int:
+    if isinstance(info, dict):
+        return int(info.get(b"num_docs", info.get("num_docs", 0)))
+    pairs = dict(zip(info[::2], info[1::2], strict=False))
+    return int(pairs.get(b"num_docs", pairs.get("num_docs", 0)))
 
 
 def _rows(reply: Any, with_scores: bool) -> list[tuple[str, float | None, dict[str, str]]]:

@@ -6,18 +6,16 @@ share a cluster slot and tenants can be spread over a Redis Cluster (DESIGN §1)
 
 from __future__ import annotations
 
-INDEX_BASE = "mp:idx:hot:v2"
+INDEX_BASE = "mp:idx:hot:v1"
 ALGORITHMS = ("FLAT", "HNSW")
-# Earlier hot indexes, one for every tenant together (dropped when found: their statistics mixed
-# tenants, and every write would index each document twice).
-LEGACY_INDEXES = ("mp:idx:hot:v1", "mp:idx:hot:v1:flat", "mp:idx:hot:v1:hnsw")
+# Earlier names of the hot index over the same keys (dropped when found: every write would
+# index each document twice).
+LEGACY_INDEXES = (INDEX_BASE,)
 
 
-def index_name(tenant_hex: str, algorithm: str) -> str:
-    """One index per tenant (over its keys only: its BM25 statistics are its own, and no query
-    can reach another tenant's documents) and per vector algorithm (switching algorithms drops
-    the other one; the documents stay)."""
-    return f"{INDEX_BASE}:{algorithm.lower()}:{tenant_hex}"
+def index_name(algorithm: str) -> str:
+    """One index per vector algorithm; switching algorithms drops the other one (docs stay)."""
+    return f"{INDEX_BASE}:{algorithm.lower()}"
 
 
 KEY_PREFIX = "mp:{"
@@ -42,9 +40,8 @@ def tenant_pattern(tenant_hex: str) -> str:
     return f"{tenant_tag(tenant_hex)}:*"
 
 
-def hot_schema(tenant_hex: str, dim: int, algorithm: str = "FLAT") -> dict:
-    """A tenant's hot index: its turn documents and one document per hot episode, told apart by
-    ``doctype``.
+def hot_schema(dim: int, algorithm: str = "FLAT") -> dict:
+    """The hot index: turn documents and one document per hot episode, told apart by ``doctype``.
 
     FLAT by default: exact KNN, and a restart reloads in seconds where HNSW rebuilds for minutes
     while Redis refuses queries (DESIGN §9).
@@ -59,8 +56,8 @@ def hot_schema(tenant_hex: str, dim: int, algorithm: str = "FLAT") -> dict:
         vector_attrs.update({"m": 16, "ef_construction": 200})
     return {
         "index": {
-            "name": index_name(tenant_hex, algorithm),
-            "prefix": tenant_tag(tenant_hex) + ":",
+            "name": index_name(algorithm),
+            "prefix": KEY_PREFIX,
             "key_separator": ":",
             "storage_type": "hash",
         },

@@ -1,4 +1,5 @@
-"""The hot index: one per tenant; the KNN filter policy; replies read the same over RESP2 and RESP3."""
+"""The hot index's reads: the KNN filter policy follows the tenant's share of the index, and
+replies read the same over RESP2 and RESP3."""
 
 import pytest
 import redis
@@ -35,61 +36,31 @@ def turn_ids(hits):
     return [h.turn_id for h in hits]
 
 
-def test_a_tenants_whole_hot_tier_walks_the_vector_index_and_narrowed_searches_score_exactly(provided):
-    assert HotStore._hybrid_policy(HotFilters()) == "BATCHES"
-    for narrowed in (
-        HotFilters(session_id="s1"),
-        HotFilters(kinds=("note",)),
-        HotFilters(tags=("x",)),
-        HotFilters(occurred_from=0.0),
-        HotFilters(episode_ids=(1,)),
-    ):
-        assert HotStore._hybrid_policy(narrowed) == "ADHOC_BF"
-
-    vectors = unit_vectors(30, seed=11)
-    ingest(provided, "s1", vectors)
-    tenant_hex = provided.tenant.id.hex
+def test_a_big_tenant_walks_the_vector_index_and_small_or_narrowed_searches_score_exactly(provided):
+    big_vectors = unit_vectors(30, seed=11)
+    ingest(provided, "s1", big_vectors)
+    small = Caller("small-co", embedder="provided")
+    small_vectors = unit_vectors(2, seed=12)
+    ingest(small, "s1", small_vectors)
+    big_hex, small_hex = provided.tenant.id.hex, small.tenant.id.hex
     store = HotStore()
-    ranked = {}
-    for policy in ("BATCHES", "ADHOC_BF"):
-        store._hybrid_policy = lambda *_, p=policy: p  # type: ignore[method-assign]
-        ranked[policy], _ = store.search(tenant_hex, vector=vectors[3], text=None, filters=HotFilters(), k=10)
-    # Both policies rank alike (the default FLAT index is exact either way).
-    assert turn_ids(ranked["BATCHES"]) == turn_ids(ranked["ADHOC_BF"]) and len(ranked["BATCHES"]) == 10
-    assert ranked["BATCHES"][0].score == pytest.approx(1.0, abs=1e-5)
+    assert store._hybrid_policy(big_hex, HotFilters()) == "BATCHES"
+    assert store._hybrid_policy(big_hex, HotFilters(session_id="s1")) == "ADHOC_BF"
+    assert store._hybrid_policy(small_hex, HotFilters()) == "ADHOC_BF"
 
+    # Both policies rank the big tenant's turns alike (the default FLAT index is exact either way).
+    query = big_vectors[3]
+    store._hybrid_policy = lambda *_: "BATCHES"  # type: ignore[method-assign]
+    walked, _ = store.search(big_hex, vector=query, text=None, filters=HotFilters(), k=10)
+    store._hybrid_policy = lambda *_: "ADHOC_BF"  # type: ignore[method-assign]
+    exact, _ = store.search(big_hex, vector=query, text=None, filters=HotFilters(), k=10)
+    assert turn_ids(walked) == turn_ids(exact) and len(walked) == 10
+    assert walked[0].score == pytest.approx(1.0, abs=1e-5)
 
-def test_each_tenant_has_its_own_index_and_its_own_bm25_statistics(provided):
-    ingest(provided, "s1", unit_vectors(6, seed=21))
-    tenant_hex = provided.tenant.id.hex
-
-    def scores():
-        _, by_text = hot_store().search(
-            tenant_hex, vector=None, text="ledger apples", filters=HotFilters(), k=10
-        )
-        return [(h.turn_id, h.score) for h in by_text]
-
-    before = scores()
-    assert len(before) == 6
-    # Another tenant's many documents with the same words change nothing here.
-    other = Caller("other-co", embedder="provided")
-    ingest(other, "s1", unit_vectors(40, seed=22))
-    assert scores() == before
-    names = {
-        n.decode() if isinstance(n, bytes) else n for n in hot_store().client.execute_command("FT._LIST")
-    }
-    algorithm = str(settings.MEMORY["HOT_INDEX_ALGORITHM"])
-    assert {keys.index_name(tenant_hex, algorithm), keys.index_name(other.tenant.id.hex, algorithm)} <= names
-    hits, _ = hot_store().search(
-        tenant_hex, vector=unit_vectors(6, seed=21)[0], text=None, filters=HotFilters(), k=50
-    )
-    assert len(hits) == 6 and all(h.doc_id.startswith(keys.tenant_tag(tenant_hex)) for h in hits)
-
-    hot_store().drop_tenant(other.tenant.id.hex)
-    names = {
-        n.decode() if isinstance(n, bytes) else n for n in hot_store().client.execute_command("FT._LIST")
-    }
-    assert keys.index_name(other.tenant.id.hex, algorithm) not in names
+    # The small tenant sees its own turns only, nearest first.
+    hits, _ = hot_store().search(small_hex, vector=small_vectors[1], text=None, filters=HotFilters(), k=10)
+    assert len(hits) == 2 and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert all(h.doc_id.startswith(keys.tenant_tag(small_hex)) for h in hits)
 
 
 def test_replies_read_the_same_over_resp2_and_resp3(provided):
@@ -113,13 +84,12 @@ def test_replies_read_the_same_over_resp2_and_resp3(provided):
     ]
 
 
-def test_the_shared_indexes_of_earlier_versions_are_dropped(provided):
+def test_an_index_left_under_an_earlier_name_is_dropped():
     client = hot_store().client
-    for name in keys.LEGACY_INDEXES:
-        client.execute_command(
-            "FT.CREATE", name, "ON", "HASH", "PREFIX", "1", "mp:{", "SCHEMA", "tenant", "TAG"
-        )
-    HotStore().ensure_index(provided.tenant.id.hex)
+    client.execute_command(
+        "FT.CREATE", keys.INDEX_BASE, "ON", "HASH", "PREFIX", "1", keys.KEY_PREFIX, "SCHEMA", "tenant", "TAG"
+    )
+    HotStore().ensure_index()
     names = {n.decode() if isinstance(n, bytes) else n for n in client.execute_command("FT._LIST")}
-    assert not names & set(keys.LEGACY_INDEXES)
-    assert keys.index_name(provided.tenant.id.hex, str(settings.MEMORY["HOT_INDEX_ALGORITHM"])) in names
+    assert keys.INDEX_BASE not in names
+    assert keys.index_name(str(settings.MEMORY["HOT_INDEX_ALGORITHM"])) in names
