@@ -240,6 +240,8 @@ MEMORY = {
     # FLAT: exact, and reloads in seconds after a restart; HNSW: for hot tiers of 10k+ documents
     # per tenant, at the cost of a long blocking index rebuild on restart (DESIGN §9).
     "HOT_INDEX_ALGORITHM": _choice("MEMORY_HOT_INDEX_ALGORITHM", "FLAT", {"FLAT", "HNSW"}),
+    # how often the API's queued usage counts are written (one UPDATE for all of them)
+    "USAGE_FLUSH_SECONDS": env.float("MEMORY_USAGE_FLUSH_SECONDS", default=0.5),
 }
 
 LOGGING = {
