@@ -11,11 +11,16 @@ rows in binary (timestamps in UTC, JSON parsed, arrays as lists).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import psycopg
-from django.db import connection
+from django.db import close_old_connections, connection
+
+T = TypeVar("T")
+_worker_lock = threading.Lock()
+_worker_connections: dict[int, Any] = {}
 
 
 def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -29,3 +34,26 @@ def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
 def fetch_one(sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
     rows = fetch(sql, params)
     return rows[0] if rows else None
+
+
+def in_worker(fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn`` on a pool thread that keeps its own connection: replaced when it errored or
+    grew old (request threads get this from Django at every request boundary), and remembered
+    so ``close_worker_connections`` can close it."""
+    close_old_connections()
+    try:
+        return fn(*args)
+    finally:
+        raw = connection.connection
+        if raw is not None and _worker_connections.get(threading.get_ident()) is not raw:
+            with _worker_lock:
+                _worker_connections[threading.get_ident()] = raw
+
+
+def close_worker_connections() -> None:
+    """Close the pool threads' database connections (before dropping a test database)."""
+    with _worker_lock:
+        raw = list(_worker_connections.values())
+        _worker_connections.clear()
+    for conn in raw:
+        conn.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -112,7 +112,6 @@ def search(
 ) -> SearchResult:
     started = time.perf_counter()
     weights = weights or default_weights(tenant)
-    vector = query_vector(tenant, query)
     k = max(weights.candidates, query.limit * 3)
     degraded = False
     hot_turns: dict[int, list[tuple[int, float]]] = {}
@@ -121,26 +120,50 @@ def search(
 
     layers = tuple(query.layers)
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
-    # Redis answers in a worker thread while Postgres answers here: the two tiers are searched
-    # at the same time (the database connection stays on this thread, inside its transaction).
-    hot_future = (
-        _hot_pool.submit(_hot_candidates, tenant, query, vector, k, weights) if Layer.HOT in layers else None
-    )
-    archive_hits = (
-        _archive_candidates(tenant, query, vector, k, weights, archive_layers) if archive_layers else {}
-    )
-    if hot_future is not None:
+    search_hot = Layer.HOT in layers
+    text = query.text if query.text.strip() else None
+    hot_parts: list[Future[Lists]] = []
+    archive_parts: list[Future[Lists]] = []
+    if query.vector is None and text is not None and _embeds(tenant) and not connection.in_atomic_block:
+        # The server embeds the query: the text halves of both tiers need no vector, so they run
+        # while it does, then the vector halves. (Outside a transaction only: the worker threads'
+        # connections could not see a transaction's rows.)
+        vector = None
+        for part_vector, part_text in ((None, text), ("embed", None)):
+            if part_vector == "embed":
+                vector = query_vector(tenant, query)
+                if vector is None:
+                    break
+            if search_hot:
+                hot_parts.append(_hot_pool.submit(_hot_lists, tenant, query, vector, part_text, k))
+            if archive_layers:
+                archive_parts.append(
+                    _hot_pool.submit(
+                        db.in_worker, _archive_lists, tenant, query, vector, part_text, k, archive_layers
+                    )
+                )
+    else:
+        vector = query_vector(tenant, query)
+        # Redis answers in a worker thread while Postgres answers here: the two tiers are searched
+        # at the same time (the database connection stays on this thread, inside its transaction).
+        if search_hot:
+            hot_parts.append(_hot_pool.submit(_hot_lists, tenant, query, vector, text, k))
+        if archive_layers:
+            archive_parts.append(_done(_archive_lists(tenant, query, vector, text, k, archive_layers)))
+
+    archive_hits = _fuse_archive(_gather(archive_parts), weights)
+    if hot_parts:
         try:
             # A Redis still loading its data answers LOADING, which redis-py raises as
             # BusyLoadingError (a RedisError): it lands in the degraded branch below like an outage.
-            hot_turns, hot_explain = hot_future.result()
+            hot_turns, hot_explain = _fuse_hot(_gather(hot_parts), weights)
             explain.update(hot_explain)
             for episode_id, turns in hot_turns.items():
                 episode_relevance[episode_id] = turns[0][1]
         except HotUnavailable as exc:
             logger.warning("hot tier unavailable, answering from Postgres: %s", exc)
             degraded = True
-            archive_hits = _archive_candidates(tenant, query, vector, k, weights, layers)
+            archive_hits = _fuse_archive(_archive_lists(tenant, query, vector, text, k, layers), weights)
 
     for episode_id, (score, parts) in archive_hits.items():
         if score > episode_relevance.get(episode_id, 0.0):
@@ -179,9 +202,34 @@ def search(
     )
 
 
-def _hot_candidates(
-    tenant: Tenant, query: SearchQuery, vector: np.ndarray | None, k: int, weights: RetrievalWeights
-) -> tuple[dict[int, list[tuple[int, float]]], dict[int, dict[str, Any]]]:
+# (vector hits, text hits) of one tier, best first.
+Lists = tuple[list[Any], list[Any]]
+
+
+def _embeds(tenant: Tenant) -> bool:
+    return bool(get_embedder(tenant.embedder).computes)
+
+
+def _done(value: Lists) -> Future[Lists]:
+    future: Future[Lists] = Future()
+    future.set_result(value)
+    return future
+
+
+def _gather(parts: list[Future[Lists]]) -> Lists:
+    """One tier's lists from its parts (the text half and the vector half, or both at once)."""
+    vector_hits: list[Any] = []
+    text_hits: list[Any] = []
+    for part in parts:
+        by_vector, by_text = part.result()
+        vector_hits += by_vector
+        text_hits += by_text
+    return vector_hits, text_hits
+
+
+def _hot_lists(
+    tenant: Tenant, query: SearchQuery, vector: np.ndarray | None, text: str | None, k: int
+) -> Lists:
     filters = HotFilters(
         user_id=query.user_id,
         agent_id=query.agent_id,
@@ -192,9 +240,13 @@ def _hot_candidates(
         occurred_to=query.occurred_to.timestamp() if query.occurred_to else None,
         exclude_dormant=not query.include_dormant,
     )
-    vector_hits, text_hits = hot_store().search(
-        tenant.id.hex, vector=vector, text=query.text, filters=filters, k=k
-    )
+    return hot_store().search(tenant.id.hex, vector=vector, text=text, filters=filters, k=k)
+
+
+def _fuse_hot(
+    lists: Lists, weights: RetrievalWeights
+) -> tuple[dict[int, list[tuple[int, float]]], dict[int, dict[str, Any]]]:
+    vector_hits, text_hits = lists
     episode_of = {h.turn_id: h.episode_id for h in vector_hits + text_hits if h.turn_id is not None}
     fused = weighted_rrf(
         {
@@ -221,14 +273,14 @@ def _hot_candidates(
     return per_episode, explain
 
 
-def _archive_candidates(
+def _archive_lists(
     tenant: Tenant,
     query: SearchQuery,
     vector: np.ndarray | None,
+    text: str | None,
     k: int,
-    weights: RetrievalWeights,
     layers: tuple[str, ...],
-) -> dict[int, tuple[float, dict[str, Any]]]:
+) -> Lists:
     filters = archive.ArchiveFilters(
         layers=layers,
         user_id=query.user_id,
@@ -241,9 +293,11 @@ def _archive_candidates(
         include_dormant=query.include_dormant,
         raw_turns=_settings(tenant).search_packed_turns,
     )
-    vector_hits, text_hits = archive.search(
-        str(tenant.id), vector=vector, text=query.text, filters=filters, k=k
-    )
+    return archive.search(str(tenant.id), vector=vector, text=text, filters=filters, k=k)
+
+
+def _fuse_archive(lists: Lists, weights: RetrievalWeights) -> dict[int, tuple[float, dict[str, Any]]]:
+    vector_hits, text_hits = lists
     fused = weighted_rrf(
         {"vector": [e for e, _ in vector_hits], "text": [e for e, _ in text_hits]},
         {"vector": weights.vector, "text": weights.text},

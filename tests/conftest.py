@@ -36,7 +36,7 @@ def _close_worker_connections(django_db_setup, django_db_blocker):
     """Search runs half its Postgres work on worker threads, and usage counts are written by a
     thread, each with its own connection: close them before pytest-django drops the test database."""
     yield
-    from episodes.stores.archive import close_worker_connections
+    from memory_platform.db import close_worker_connections
     from retrieval.usage import recorder
 
     with django_db_blocker.unblock():

@@ -6,14 +6,13 @@ statement built here.
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from django.db import close_old_connections, connection
+from django.db import connection
 
 from episodes.models import Layer
 from memory_platform import db
@@ -41,8 +40,6 @@ OR_CANDIDATES_EXACT = 1000
 PACKED_TURNS_PER_EPISODE = 1
 
 _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="archive-search")
-_worker_lock = threading.Lock()
-_worker_connections: dict[int, Any] = {}
 _common_cache: dict[str, tuple[float, Any]] = {}
 _packed_count_cache: dict[str, tuple[float, Any]] = {}
 
@@ -253,24 +250,7 @@ def _fetch(sql: str, args: list) -> list[tuple]:
 
 
 def _fetch_in_worker(sql: str, args: list) -> list[tuple]:
-    # The worker thread keeps its own connection; replace it when it errored or grew old
-    # (request threads get this from Django at every request boundary).
-    close_old_connections()
-    rows = _fetch(sql, args)
-    if _worker_connections.get(threading.get_ident()) is not connection.connection:
-        with _worker_lock:  # a new connection for this thread: remember it for closing
-            _worker_connections[threading.get_ident()] = connection.connection
-    return rows
-
-
-def close_worker_connections() -> None:
-    """Close the worker threads' database connections (before dropping a test database)."""
-    with _worker_lock:
-        raw = list(_worker_connections.values())
-        _worker_connections.clear()
-    for conn in raw:
-        if conn is not None:
-            conn.close()
+    return db.in_worker(_fetch, sql, args)
 
 
 def turn_similarities(episode_ids: list[int], vector: np.ndarray) -> dict[int, list[tuple[int, float]]]:

@@ -353,17 +353,21 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _field(mapping: dict[Any, Any], name: str, default: Any = None) -> Any:
+    """A RESP3 map's field (bytes keys, or str with decode_responses)."""
+    return mapping.get(name.encode(), mapping.get(name, default))
+
+
 def _total(reply: Any) -> int:
     if isinstance(reply, dict):  # RESP3
-        return int(reply.get(b"total_results", reply.get("total_results", 0)))
+        return int(_field(reply, "total_results", 0))
     return int(reply[0])
 
 
 def _info_num_docs(info: Any) -> int:
     if isinstance(info, dict):
-        return int(info.get(b"num_docs", info.get("num_docs", 0)))
-    pairs = dict(zip(info[::2], info[1::2], strict=False))
-    return int(pairs.get(b"num_docs", pairs.get("num_docs", 0)))
+        return int(_field(info, "num_docs", 0))
+    return int(_field(dict(zip(info[::2], info[1::2], strict=False)), "num_docs", 0))
 
 
 def _rows(reply: Any, with_scores: bool) -> list[tuple[str, float | None, dict[str, str]]]:
@@ -373,12 +377,12 @@ def _rows(reply: Any, with_scores: bool) -> list[tuple[str, float | None, dict[s
         return []
     if isinstance(reply, dict):
         rows = []
-        for result in reply.get(b"results", reply.get("results", [])):
-            attrs = result.get(b"extra_attributes", result.get("extra_attributes", {}))
-            score = result.get(b"score", result.get("score"))
+        for result in _field(reply, "results", []):
+            attrs = _field(result, "extra_attributes", {})
+            score = _field(result, "score")
             rows.append(
                 (
-                    _text(result.get(b"id", result.get("id"))),
+                    _text(_field(result, "id")),
                     float(score) if score is not None else None,
                     {_text(k): _text(v) for k, v in attrs.items()},
                 )

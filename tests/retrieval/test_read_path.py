@@ -270,3 +270,24 @@ def test_search_reads_its_settings_from_the_tenants_policy(caller):
     from retrieval.services import _settings
 
     assert _settings(tenant).search_packed_turns is False
+
+
+def test_a_server_embedded_search_equals_one_with_the_same_vector_from_the_caller(caller):
+    """Outside a transaction the text halves run while the server embeds the query; the answer
+    is the one a caller gets by sending that embedding."""
+    for i in range(4):
+        turns(caller, f"s{i}", [f"the orchard harvest number {i} went well", "apples and pears"])
+    pack(Episode.objects.filter(tenant=caller.tenant).order_by("pk").first().pk, "warm")
+    question = "how did the orchard harvest go?"
+    vector = get_embedder("local").embed_one(question)
+    embedded = caller.post("/api/v1/search", {"query": question, "explain": True}).json()
+    sent = caller.post(
+        "/api/v1/search", {"query": question, "vector": vector.tolist(), "explain": True}
+    ).json()
+
+    def ranked(body):
+        return [(r["episode_id"], r["layer"], round(r["score"], 4)) for r in body["results"]]
+
+    assert len(embedded["results"]) == 4 and {r["layer"] for r in embedded["results"]} == {"hot", "warm"}
+    assert ranked(embedded) == ranked(sent)
+    assert not embedded["degraded"]
