@@ -273,8 +273,7 @@ def test_search_reads_its_settings_from_the_tenants_policy(caller):
 
 
 def test_a_server_embedded_search_equals_one_with_the_same_vector_from_the_caller(caller):
-    """Outside a transaction the text halves run while the server embeds the query; the answer
-    is the one a caller gets by sending that embedding."""
+    """The server's query embedding gives the answer a caller gets by sending that embedding."""
     for i in range(4):
         turns(caller, f"s{i}", [f"the orchard harvest number {i} went well", "apples and pears"])
     pack(Episode.objects.filter(tenant=caller.tenant).order_by("pk").first().pk, "warm")
