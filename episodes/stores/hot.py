@@ -34,6 +34,9 @@ HotUnavailable = (redis.RedisError, OSError)
 BATCHES_MIN_SHARE = 0.1
 DOC_COUNT_TTL = 60.0
 
+# RediSearch's scorer for the hot tier's full text (seed 004: BM25).
+TEXT_SCORER = "BM25STD"
+
 # Query words only: punctuation would reach RediSearch escaped ("group\\?") and match nothing.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -272,6 +275,7 @@ class HotStore:
                         num_results=k,
                         return_fields=fields,
                         stopwords=None,
+                        text_scorer=TEXT_SCORER,
                     ),
                 )
             )
