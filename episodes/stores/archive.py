@@ -211,15 +211,11 @@ def search(
                 f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
             )
             text_args.extend([text, common("episodes_episode"), *params, any_cap, k])
-    if not connection.in_atomic_block:
-        # Outside a transaction the halves run at the same time on two worker connections (inside
-        # one, only the transaction's own connection sees its writes: one statement there).
-        futures = [
-            _pool.submit(_fetch_in_worker, " UNION ALL ".join(p), a)
-            for p, a in ((vector_parts, vector_args), (text_parts, text_args))
-            if p
-        ]
-        rows = [row for future in futures for row in future.result()]
+    if vector_parts and text_parts and not connection.in_atomic_block:
+        # Two statements on two connections at once: the vector half in a worker thread. Not
+        # inside a transaction, whose own writes only its connection can see.
+        future = _pool.submit(_fetch_in_worker, " UNION ALL ".join(vector_parts), vector_args)
+        rows = _fetch(" UNION ALL ".join(text_parts), text_args) + future.result()
     elif vector_parts or text_parts:
         rows = _fetch(" UNION ALL ".join(vector_parts + text_parts), vector_args + text_args)
     else:
