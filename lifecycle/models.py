@@ -342,7 +342,7 @@ def fsrs_parameters_error(value: Any) -> str:
 
 def policy_for(tenant: Tenant) -> MemoryPolicy:
     """The tenant's policy, created with the defaults on first use (get_or_create survives the race)."""
-    # Every search reads it: a raw statement (no ORM query to build); get_or_create when missing.
+    # Every ingest reads it: a raw statement (no ORM query to build); get_or_create when missing.
     found = list(
         MemoryPolicy.objects.raw(
             f"SELECT * FROM {MemoryPolicy._meta.db_table} WHERE tenant_id = %s", [tenant.pk]

@@ -36,10 +36,10 @@ class SearchSettings(NamedTuple):
 
 @functools.cache
 def _search_settings_query() -> str:
-    quote = connection.ops.quote_name
-    by_name = {f.name: f.column for f in MemoryPolicy._meta.concrete_fields}
-    columns = ", ".join(quote(str(by_name[name])) for name in SearchSettings._fields)
-    return f"SELECT {columns} FROM {quote(MemoryPolicy._meta.db_table)} WHERE tenant_id = %s"
+    columns = db.column_list(MemoryPolicy._meta.get_field(name) for name in SearchSettings._fields)
+    return (
+        f"SELECT {columns} FROM {connection.ops.quote_name(MemoryPolicy._meta.db_table)} WHERE tenant_id = %s"
+    )
 
 
 def search_settings(tenant: Tenant) -> SearchSettings:

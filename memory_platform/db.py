@@ -12,7 +12,7 @@ rows in binary (timestamps in UTC, JSON parsed, arrays as lists).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -21,6 +21,13 @@ from django.db import close_old_connections, connection
 T = TypeVar("T")
 _worker_lock = threading.Lock()
 _worker_connections: dict[int, Any] = {}
+
+
+def column_list(fields: Iterable[Any], alias: str = "") -> str:
+    """A SELECT list of model fields' columns, quoted (``alias.`` before each when given)."""
+    quote = connection.ops.quote_name
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(f"{prefix}{quote(str(f.column))}" for f in fields)
 
 
 def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

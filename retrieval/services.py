@@ -364,8 +364,7 @@ def _hit_columns() -> tuple[str, list[str]]:
     and their field names."""
     left_out = {"embedding", "search_text", "search_vector", "metadata"}
     fields = [f for f in Episode._meta.concrete_fields if f.attname not in left_out]
-    quote = connection.ops.quote_name
-    return ", ".join(quote(str(f.column)) for f in fields), [f.attname for f in fields]
+    return db.column_list(fields), [f.attname for f in fields]
 
 
 def search_shaped(*, tenant: Tenant, query: SearchQuery, now: datetime) -> dict[str, Any]:

@@ -214,10 +214,10 @@ def search(
     if vector_parts and text_parts and not connection.in_atomic_block:
         # Two statements on two connections at once: the vector half in a worker thread. Not
         # inside a transaction, whose own writes only its connection can see.
-        future = _pool.submit(_fetch_in_worker, " UNION ALL ".join(vector_parts), vector_args)
-        rows = _fetch(" UNION ALL ".join(text_parts), text_args) + future.result()
+        future = _pool.submit(db.in_worker, db.fetch, " UNION ALL ".join(vector_parts), vector_args)
+        rows = db.fetch(" UNION ALL ".join(text_parts), text_args) + future.result()
     elif vector_parts or text_parts:
-        rows = _fetch(" UNION ALL ".join(vector_parts + text_parts), vector_args + text_args)
+        rows = db.fetch(" UNION ALL ".join(vector_parts + text_parts), vector_args + text_args)
     else:
         return [], []
     by_source: dict[str, list[tuple[int, float]]] = {}
@@ -239,14 +239,6 @@ def search(
                 seen.add(i)
                 text_hits.append((i, sc))
     return vector_hits, text_hits[:k]
-
-
-def _fetch(sql: str, args: list) -> list[tuple]:
-    return db.fetch(sql, args)
-
-
-def _fetch_in_worker(sql: str, args: list) -> list[tuple]:
-    return db.in_worker(_fetch, sql, args)
 
 
 def turn_similarities(episode_ids: list[int], vector: np.ndarray) -> dict[int, list[tuple[int, float]]]:

@@ -5,6 +5,7 @@ caller can forget it; callers pass a tenant, never a raw filter.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import re
@@ -59,6 +60,16 @@ class HotFilters:
     occurred_to: float | None = None
     episode_ids: tuple[int, ...] = ()
     exclude_dormant: bool = True
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether a filter beyond the tenant's active documents is set (any field but
+        ``exclude_dormant``, so a filter added later counts too)."""
+        return any(
+            getattr(self, f.name) not in (None, ())
+            for f in dataclasses.fields(self)
+            if f.name != "exclude_dormant"
+        )
 
 
 @dataclass(frozen=True)
@@ -301,19 +312,9 @@ class HotStore:
         filters what it meets: right when the filter keeps a large share of the index (a big tenant,
         no narrower scope). ADHOC_BF computes the distance of every document the filter keeps:
         exact, and cheap when they are few (a small tenant, or a session, kind, tag, time window).
-        Left to itself, RediSearch picks ADHOC_BF for a tenant holding half the index (7 ms instead
-        of 0.7 ms on 10k HNSW documents)."""
-        narrowed = (
-            filters.user_id is not None
-            or filters.agent_id is not None
-            or filters.session_id is not None
-            or filters.kinds
-            or filters.tags
-            or filters.episode_ids
-            or filters.occurred_from is not None
-            or filters.occurred_to is not None
-        )
-        if narrowed:
+        Left to itself, RediSearch picks ADHOC_BF for a tenant holding half the index (7.2 ms p50
+        instead of 1.75 ms with BATCHES on 10k HNSW turn documents)."""
+        if filters.narrowed:
             return "ADHOC_BF"
         tenant_docs, all_docs = self._doc_counts(tenant_hex)
         return "BATCHES" if tenant_docs >= BATCHES_MIN_SHARE * all_docs else "ADHOC_BF"

@@ -25,11 +25,9 @@ def _key_query() -> tuple[str, list[str], list[str]]:
     quote = connection.ops.quote_name
     key_fields = list(ApiKey._meta.concrete_fields)
     tenant_fields = list(Tenant._meta.concrete_fields)
-    columns = [f"k.{quote(str(f.column))}" for f in key_fields] + [
-        f"t.{quote(str(f.column))}" for f in tenant_fields
-    ]
+    columns = f"{db.column_list(key_fields, 'k')}, {db.column_list(tenant_fields, 't')}"
     sql = (
-        f"SELECT {', '.join(columns)} FROM {quote(ApiKey._meta.db_table)} k "
+        f"SELECT {columns} FROM {quote(ApiKey._meta.db_table)} k "
         f"JOIN {quote(Tenant._meta.db_table)} t ON t.{quote('id')} = k.{quote('tenant_id')} "
         f"WHERE k.{quote('prefix')} = %s AND NOT k.{quote('revoked')} AND t.{quote('is_active')}"
     )
