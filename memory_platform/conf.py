@@ -32,6 +32,9 @@ DEFAULTS: dict[str, Any] = {
     "RRF_TEXT_WEIGHT": 0.3,
     "RRF_K": 60,
     "SEARCH_CANDIDATES": 50,
+    # the hot KNN query moved towards the best BM25 hits (pseudo-relevance feedback); 0 docs: off
+    "SEARCH_FEEDBACK_DOCS": 3,
+    "SEARCH_FEEDBACK_WEIGHT": 0.5,
     "ACTIVATION_LIMIT": 3,
     # the API's searches queue their usage counts; a background thread writes them this often
     "USAGE_FLUSH_SECONDS": 0.5,

@@ -24,6 +24,10 @@ class RetrievalWeights:
     #: its relevance; relevance stays first.
     priority: float = 0.15
     candidates: int = 50
+    #: Pseudo-relevance feedback of the hot KNN query: how many of the best BM25 hits it is moved
+    #: towards (0: none), and how far (``episodes.stores.hot.Feedback``).
+    feedback_docs: int = 3
+    feedback_weight: float = 0.5
 
 
 class RankRow(NamedTuple):

@@ -22,7 +22,7 @@ from episodes import selectors as episode_selectors
 from episodes.models import Episode, Layer, State
 from episodes.services import EpisodeNotFound
 from episodes.stores import archive
-from episodes.stores.hot import HotFilters, HotUnavailable, hot_store
+from episodes.stores.hot import Feedback, HotFilters, HotUnavailable, hot_store
 from memory_platform import db
 from memory_platform.conf import memory_settings
 from memory_platform.embeddings import EmbeddingError, get_embedder
@@ -61,6 +61,8 @@ def default_weights(tenant: Tenant) -> RetrievalWeights:
         text=settings.rrf_text_weight,
         k=settings.rrf_k,
         candidates=int(memory_settings.SEARCH_CANDIDATES),
+        feedback_docs=int(memory_settings.SEARCH_FEEDBACK_DOCS),
+        feedback_weight=float(memory_settings.SEARCH_FEEDBACK_WEIGHT),
     )
 
 
@@ -127,7 +129,7 @@ def search(
     vector = query_vector(tenant, query)
     # Redis answers in a worker thread while Postgres answers here: the two tiers are searched at
     # the same time (the database connection stays on this thread, inside its transaction).
-    hot_future = _hot_pool.submit(_hot_lists, tenant, query, vector, text, k) if search_hot else None
+    hot_future = _hot_pool.submit(_hot_lists, tenant, query, vector, text, k, weights) if search_hot else None
     archive_hits = (
         _fuse_archive(_archive_lists(tenant, query, vector, text, k, archive_layers), weights)
         if archive_layers
@@ -188,7 +190,12 @@ Lists = tuple[list[Any], list[Any]]
 
 
 def _hot_lists(
-    tenant: Tenant, query: SearchQuery, vector: np.ndarray | None, text: str | None, k: int
+    tenant: Tenant,
+    query: SearchQuery,
+    vector: np.ndarray | None,
+    text: str | None,
+    k: int,
+    weights: RetrievalWeights,
 ) -> Lists:
     filters = HotFilters(
         user_id=query.user_id,
@@ -200,7 +207,10 @@ def _hot_lists(
         occurred_to=query.occurred_to.timestamp() if query.occurred_to else None,
         exclude_dormant=not query.include_dormant,
     )
-    return hot_store().search(tenant.id.hex, vector=vector, text=text, filters=filters, k=k)
+    feedback = Feedback(docs=weights.feedback_docs, weight=weights.feedback_weight)
+    return hot_store().search(
+        tenant.id.hex, vector=vector, text=text, filters=filters, k=k, feedback=feedback
+    )
 
 
 def _fuse_hot(

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import redis
 from redisvl.index import SearchIndex
-from redisvl.query import CountQuery, FilterQuery, TextQuery, VectorQuery
+from redisvl.query import BaseQuery, CountQuery, FilterQuery, TextQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Num, Tag
 from redisvl.utils.stopwords import get_stopwords
 
@@ -89,6 +89,39 @@ class HotHit:
     turn_id: int | None
     score: float
     fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """Pseudo-relevance feedback for the KNN query (Rocchio): the query vector is moved towards
+    the vectors of the ``docs`` best BM25 hits, by ``weight`` of their mean. A question names
+    what it asks about in words the stored turns share ("Caroline", "support group"); the moved
+    vector then finds the turns near those, which the question's own embedding ranks far down.
+    On LoCoMo (all hot) it lifts the KNN list's Recall@50 from 0.83 to 0.89 and the fused
+    Recall@10 from 0.69 to 0.75."""
+
+    docs: int = 3
+    weight: float = 0.5
+
+
+_RETURN_FIELDS = ["episode", "turn_id"]
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+def _vector_query(vector: np.ndarray, expr: FilterExpression, k: int, policy: str) -> VectorQuery:
+    return VectorQuery(
+        vector=np.asarray(vector, dtype=np.float32).tobytes(),
+        vector_field_name="embedding",
+        return_fields=_RETURN_FIELDS,
+        filter_expression=expr,
+        num_results=k,
+        dtype="float32",
+        hybrid_policy=policy,
+    )
 
 
 def _epoch(value: Any) -> float:
@@ -247,53 +280,50 @@ class HotStore:
         filters: HotFilters,
         k: int,
         doctype: str = keys.DOC_TURN,
+        feedback: Feedback | None = None,
     ) -> tuple[list[HotHit], list[HotHit]]:
-        """KNN and BM25 over the tenant's hot documents, pipelined in one round trip.
+        """KNN and BM25 over the tenant's hot documents: (vector hits, text hits), best first.
 
-        redisvl builds the two queries; they are sent as plain FT.SEARCH commands and only the
-        fields used are read from the replies (redisvl's own result processing costs more than
-        Redis takes to answer)."""
+        Without feedback both go out pipelined in one round trip. With feedback (and both a
+        vector and query words), BM25 runs first and the KNN query is the vector moved towards
+        the best text hits' vectors (see ``Feedback``): three short round trips instead of one.
+
+        redisvl builds the queries; they are sent as plain FT.SEARCH commands and only the fields
+        used are read from the replies (redisvl's own result processing costs more than Redis
+        takes to answer)."""
         self.ensure_index()
         expr = self._filter(tenant_hex, doctype, filters)
-        fields = ["episode", "turn_id"]
-        queries: list[tuple[str, Any]] = []
-        if vector is not None:
-            queries.append(
-                (
-                    "vector",
-                    VectorQuery(
-                        vector=np.asarray(vector, dtype=np.float32).tobytes(),
-                        vector_field_name="embedding",
-                        return_fields=fields,
-                        filter_expression=expr,
-                        num_results=k,
-                        dtype="float32",
-                        hybrid_policy=self._hybrid_policy(tenant_hex, filters),
-                    ),
-                )
-            )
         # Stopwords are dropped here, once (redisvl would send "@text:()", a syntax error, when
         # a query holds nothing else; and RediSearch 8.2 crashes on some unions of stopwords).
         words = " ".join(w for w in _WORD.findall(text.lower()) if w not in _stopwords()) if text else ""
-        if words:
-            queries.append(
-                (
-                    "text",
-                    TextQuery(
-                        text=words,
-                        text_field_name="text",
-                        filter_expression=expr,
-                        num_results=k,
-                        return_fields=fields,
-                        stopwords=None,
-                        text_scorer=TEXT_SCORER,
-                    ),
-                )
+        text_query = (
+            TextQuery(
+                text=words,
+                text_field_name="text",
+                filter_expression=expr,
+                num_results=k,
+                return_fields=_RETURN_FIELDS,
+                stopwords=None,
+                text_scorer=TEXT_SCORER,
             )
-        if not queries:
-            return [], []
+            if words
+            else None
+        )
+        if vector is None:
+            return [], (_hits(self._run(text_query)[0], distance=False) if text_query else [])
+        policy = self._hybrid_policy(tenant_hex, filters)
+        if text_query is None or feedback is None or feedback.docs <= 0:
+            queries = [_vector_query(vector, expr, k, policy)] + ([text_query] if text_query else [])
+            replies = self._run(*queries)
+            return _hits(replies[0], distance=True), (_hits(replies[1], distance=False) if text_query else [])
+        text_hits = _hits(self._run(text_query)[0], distance=False)
+        vector = self._moved_towards(vector, [h.doc_id for h in text_hits[: feedback.docs]], feedback.weight)
+        return _hits(self._run(_vector_query(vector, expr, k, policy))[0], distance=True), text_hits
+
+    def _run(self, *queries: BaseQuery) -> list[Any]:
+        """FT.SEARCH each query, pipelined in one round trip; the raw replies in order."""
         pipe = self.client.pipeline(transaction=False)
-        for _, query in queries:
+        for query in queries:
             params = [part for name, value in (query.params or {}).items() for part in (name, value)]
             pipe.execute_command(
                 "FT.SEARCH",
@@ -301,11 +331,20 @@ class HotStore:
                 *query.get_args(),
                 *(["PARAMS", len(params), *params] if params else []),
             )
-        replies = dict(zip((name for name, _ in queries), pipe.execute(), strict=True))
-        return (
-            _hits(replies.get("vector"), distance=True),
-            _hits(replies.get("text"), distance=False),
-        )
+        return pipe.execute()  # type: ignore[no-any-return]
+
+    def _moved_towards(self, vector: np.ndarray, doc_ids: list[str], weight: float) -> np.ndarray:
+        """The unit query vector plus ``weight`` times the mean of the documents' unit vectors."""
+        query = _unit(np.asarray(vector, dtype=np.float32))
+        if not doc_ids:
+            return query
+        pipe = self.client.pipeline(transaction=False)
+        for doc_id in doc_ids:
+            pipe.hget(doc_id, "embedding")
+        found = [np.frombuffer(raw, dtype=np.float32) for raw in pipe.execute() if raw]
+        if not found:
+            return query  # removed since the text search saw them
+        return _unit(query + weight * np.mean([_unit(v) for v in found], axis=0))
 
     def _hybrid_policy(self, tenant_hex: str, filters: HotFilters) -> str:
         """How RediSearch applies the filter to a KNN query. BATCHES walks the vector index and

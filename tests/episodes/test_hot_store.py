@@ -1,12 +1,13 @@
 """The hot index's reads: the KNN filter policy follows the tenant's share of the index, and
 replies read the same over RESP2 and RESP3."""
 
+import numpy as np
 import pytest
 import redis
 from django.conf import settings
 
 from episodes.stores import keys
-from episodes.stores.hot import HotFilters, HotStore, hot_store
+from episodes.stores.hot import Feedback, HotFilters, HotStore, hot_store
 
 from ..conftest import Caller, unit_vectors
 
@@ -93,3 +94,60 @@ def test_an_index_left_under_an_earlier_name_is_dropped():
     names = {n.decode() if isinstance(n, bytes) else n for n in client.execute_command("FT._LIST")}
     assert keys.INDEX_BASE not in names
     assert keys.index_name(str(settings.MEMORY["HOT_INDEX_ALGORITHM"])) in names
+
+
+def ingest_texts(caller, session, texts, vectors):
+    body = caller.post(
+        "/api/v1/turns",
+        {
+            "session_id": session,
+            "turns": [
+                {"role": "user", "text": t, "vector": v.tolist(), "episode_boundary": True}
+                for t, v in zip(texts, vectors, strict=True)
+            ],
+        },
+    )
+    assert body.status_code == 201, body.json()
+    return [t["id"] for t in body.json()["turns"]]
+
+
+def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_only(provided):
+    vectors = unit_vectors(12, seed=21)
+    texts = [f"note {i} about the garden" for i in range(12)]
+    texts[7] = "we flew in a zeppelin over the lake"
+    ids = ingest_texts(provided, "s1", texts, vectors)
+    # An outsider holds the same word with another vector: its documents must not move the query.
+    outsider = Caller("outsider-co", embedder="provided")
+    outsider_vectors = unit_vectors(3, seed=22)
+    ingest_texts(outsider, "s1", ["zeppelin zeppelin zeppelin"] * 3, outsider_vectors)
+
+    tenant_hex = provided.tenant.id.hex
+    store = hot_store()
+    query = vectors[2]
+    plain, text_hits = store.search(tenant_hex, vector=query, text="zeppelin", filters=HotFilters(), k=12)
+    assert turn_ids(text_hits) == [ids[7]]
+    assert turn_ids(plain)[0] == ids[2] and turn_ids(plain).index(ids[7]) > 0
+
+    feedback = Feedback(docs=3, weight=2.0)
+    moved, moved_text = store.search(
+        tenant_hex, vector=query, text="zeppelin", filters=HotFilters(), k=12, feedback=feedback
+    )
+    assert turn_ids(moved_text) == turn_ids(text_hits)
+    expected = query / np.linalg.norm(query) + 2.0 * vectors[7] / np.linalg.norm(vectors[7])
+    expected /= np.linalg.norm(expected)
+    # The KNN list is the one the moved vector gives: the text hit now first, then the query's own.
+    assert turn_ids(moved)[:2] == [ids[7], ids[2]]
+    assert moved[0].score == pytest.approx(
+        float(expected @ vectors[7] / np.linalg.norm(vectors[7])), abs=1e-4
+    )
+    assert {h.turn_id for h in moved} <= set(ids)
+
+    # No query words, or feedback off: the plain KNN list.
+    off, _ = store.search(
+        tenant_hex, vector=query, text="zeppelin", filters=HotFilters(), k=12, feedback=Feedback(docs=0)
+    )
+    assert turn_ids(off) == turn_ids(plain)
+    no_words, none = store.search(
+        tenant_hex, vector=query, text="the", filters=HotFilters(), k=12, feedback=feedback
+    )
+    assert none == [] and turn_ids(no_words) == turn_ids(plain)
