@@ -242,6 +242,9 @@ MEMORY = {
     "HOT_INDEX_ALGORITHM": _choice("MEMORY_HOT_INDEX_ALGORITHM", "FLAT", {"FLAT", "HNSW"}),
     # how often the API's queued usage counts are written (one UPDATE for all of them)
     "USAGE_FLUSH_SECONDS": env.float("MEMORY_USAGE_FLUSH_SECONDS", default=0.5),
+    # the hot KNN query moved towards this many of the best BM25 hits, by this share of their mean
+    "SEARCH_FEEDBACK_DOCS": env.int("MEMORY_SEARCH_FEEDBACK_DOCS", default=3),
+    "SEARCH_FEEDBACK_WEIGHT": env.float("MEMORY_SEARCH_FEEDBACK_WEIGHT", default=0.5),
 }
 
 LOGGING = {
