@@ -151,3 +151,7 @@ def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_o
         tenant_hex, vector=query, text="the", filters=HotFilters(), k=12, feedback=feedback
     )
     assert none == [] and turn_ids(no_words) == turn_ids(plain)
+    unmatched, nothing = store.search(
+        tenant_hex, vector=query, text="quokka", filters=HotFilters(), k=12, feedback=feedback
+    )
+    assert nothing == [] and turn_ids(unmatched) == turn_ids(plain)
