@@ -2,14 +2,53 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
+
+logger = logging.getLogger(__name__)
+
+
+def collect_index_garbage(port: int) -> dict[str, tuple[int, int]]:
+    """Run RediSearch's garbage collector on every index now; {index: (records before, after)}.
+
+    On start Redis loads its append-only log's base snapshot, then replays the writes since:
+    documents deleted or rewritten after the snapshot are indexed, then deleted again, and each
+    dead copy stays in the inverted index until the fork GC runs (every 30 s, and only past 100
+    deleted documents). Until then BM25 counts the dead copies in its document frequencies:
+    after a restart of the kept bench data the hot index held 1.21M records for 630k live ones,
+    and LoCoMo conv-26's Recall@10 was 0.49 instead of 0.70 for about a minute. Collecting once
+    at start removes them before the first search. A failure is logged, not raised: the data
+    are intact, only the ranking is off until the next scheduled collection."""
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port, protocol=2, socket_timeout=60)
+    collected: dict[str, tuple[int, int]] = {}
+    try:
+        for raw in client.execute_command("FT._LIST"):
+            name = raw.decode() if isinstance(raw, bytes) else str(raw)
+            try:
+                before = _index_records(client, name)
+                client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", name)
+                collected[name] = (before, _index_records(client, name))
+            except redis.RedisError as exc:
+                logger.warning("could not collect the garbage of index %s: %s", name, exc)
+    finally:
+        client.close()
+    return collected
+
+
+def _index_records(client: Any, name: str) -> int:
+    info = client.execute_command("FT.INFO", name)
+    fields = dict(zip(info[::2], info[1::2], strict=False))
+    return int(fields[b"num_records"])
 
 
 class PortTakenError(RuntimeError):
@@ -149,6 +188,7 @@ class EmbeddedRedis:
         if result.returncode != 0:
             raise RuntimeError(f"redis-server failed to start: {result.stderr or result.stdout}")
         self._wait_ready(port, timeout)
+        collect_index_garbage(port)
         return self.status()
 
     def _wait_ready(self, port: int, timeout: float) -> None:

@@ -1,6 +1,8 @@
 """The hot index's reads: the KNN filter policy follows the tenant's share of the index, and
 replies read the same over RESP2 and RESP3."""
 
+import time
+
 import numpy as np
 import pytest
 import redis
@@ -155,3 +157,45 @@ def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_o
         tenant_hex, vector=query, text="quokka", filters=HotFilters(), k=12, feedback=feedback
     )
     assert nothing == [] and turn_ids(unmatched) == turn_ids(plain)
+
+
+def test_a_restarted_redis_ranks_text_as_before_without_dead_records_from_its_log(provided):
+    from django.conf import settings
+
+    from memory_platform.embedded.redis import collect_index_garbage
+    from memory_platform.redis_client import get_redis
+
+    # On start Redis loads its log's base snapshot, then replays the writes since: documents
+    # deleted after the snapshot are indexed and deleted again, and a deleted document stays in
+    # the inverted index (and in BM25's document frequencies) until collected, which start()
+    # does. (RediSearch's collector skips an index with fewer than 100 deleted documents.)
+    vectors = unit_vectors(8, seed=31)
+    ingest_texts(
+        provided, "s1", [f"entry {i} about apples and pears" + " pears" * i for i in range(8)], vectors
+    )
+    gone = Caller("gone-co", embedder="provided")
+    ingest_texts(gone, "s1", [f"pears {i} and more pears" for i in range(150)], unit_vectors(150, seed=32))
+    # The log's base snapshot holds the outsider's documents; the deletes follow it in the log.
+    client = get_redis()
+    client.bgrewriteaof()
+    while client.info("persistence")["aof_rewrite_in_progress"]:
+        time.sleep(0.05)
+    hot_store().drop_tenant(gone.tenant.id.hex)
+    tenant_hex = provided.tenant.id.hex
+    index = hot_store().index.name
+    port = get_redis().connection_pool.connection_kwargs["port"]
+
+    def text_ranking():
+        _, hits = hot_store().search(tenant_hex, vector=None, text="apples pears", filters=HotFilters(), k=20)
+        return [(h.turn_id, round(h.score, 6)) for h in hits]
+
+    collect_index_garbage(port)
+    ranking = text_ranking()
+    assert len(ranking) == 8
+    records = collect_index_garbage(port)[index][1]
+
+    server = settings.EMBEDDED_REDIS
+    server.stop()
+    server.start()
+    assert collect_index_garbage(port)[index] == (records, records)
+    assert text_ranking() == ranking
