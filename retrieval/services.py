@@ -7,6 +7,7 @@ by the seed-003 priority; each hit shaped by its layer.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -53,16 +54,23 @@ def activation_limit(tenant: Tenant) -> int:
     return int(_settings(tenant).activation_limit)
 
 
-def default_weights(tenant: Tenant) -> RetrievalWeights:
-    """The tenant's policy decides the fusion (seed 004 defaults: 0.7 / 0.3, k 60)."""
-    settings = _settings(tenant)
+def platform_weights() -> RetrievalWeights:
+    """The fusion and candidate settings of the platform (``MEMORY``), before any policy."""
     return RetrievalWeights(
-        vector=settings.rrf_vector_weight,
-        text=settings.rrf_text_weight,
-        k=settings.rrf_k,
+        vector=float(memory_settings.RRF_VECTOR_WEIGHT),
+        text=float(memory_settings.RRF_TEXT_WEIGHT),
+        k=int(memory_settings.RRF_K),
         candidates=int(memory_settings.SEARCH_CANDIDATES),
         feedback_docs=int(memory_settings.SEARCH_FEEDBACK_DOCS),
         feedback_weight=float(memory_settings.SEARCH_FEEDBACK_WEIGHT),
+    )
+
+
+def default_weights(tenant: Tenant) -> RetrievalWeights:
+    """The tenant's policy decides the fusion (seed 004 defaults: 0.7 / 0.3, k 60)."""
+    settings = _settings(tenant)
+    return dataclasses.replace(
+        platform_weights(), vector=settings.rrf_vector_weight, text=settings.rrf_text_weight, k=settings.rrf_k
     )
 
 

@@ -41,11 +41,13 @@ class Command(BaseCommand):
         log = (lambda m: self.stderr.write(m)) if opts["json"] else (lambda m: self.stdout.write(m))
         weights = None
         if opts["weights"]:
-            from retrieval.ranking import RetrievalWeights
+            import dataclasses
+
+            from retrieval.services import platform_weights
 
             try:
                 v, t, k = opts["weights"].split(",")
-                weights = RetrievalWeights(vector=float(v), text=float(t), k=int(k))
+                weights = dataclasses.replace(platform_weights(), vector=float(v), text=float(t), k=int(k))
             except ValueError:
                 raise CommandError("--weights takes V,T,K, e.g. 0.7,0.3,60") from None
         results = {
