@@ -130,6 +130,10 @@ def search(
 
     layers = tuple(query.layers)
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
+    if archive_layers and not archive.holds(tenant.pk, archive_layers):
+        # Nothing packed yet (a young tenant): the two warm/cold statements would find nothing,
+        # and planning them costs more than this look at the (tenant, layer) index.
+        archive_layers = ()
     search_hot = Layer.HOT in layers
     text = query.text if query.text.strip() else None
     # The query is embedded first. (Running the text halves while it was embedded was slower on

@@ -124,6 +124,15 @@ def packed_turns(tenant_id: str) -> int:
     return int(ttl_cached(_packed_count_cache, tenant_id, PACKED_COUNT_TTL, compute))
 
 
+def holds(tenant_id: Any, layers: tuple[str, ...]) -> bool:
+    """Whether the tenant has any episode in these layers (any state)."""
+    row = db.fetch_one(
+        "SELECT EXISTS (SELECT 1 FROM episodes_episode WHERE tenant_id = %s AND layer = ANY(%s))",
+        [tenant_id, list(layers)],
+    )
+    return bool(row and row[0])
+
+
 def search(
     tenant_id: str, *, vector: np.ndarray | None, text: str | None, filters: ArchiveFilters, k: int
 ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
