@@ -247,3 +247,23 @@ def test_context_follows_links_and_counts_a_traversal(caller, corpus):
     after = Episode.objects.get(pk=corpus["memory"])
     assert after.traverse_count == before.traverse_count + 1
     assert after.access_count == before.access_count
+
+
+def test_warm_and_cold_are_searched_only_for_tenants_holding_packed_episodes(caller, corpus):
+    from episodes.stores import archive
+
+    from ..conftest import Caller
+
+    outsider = Caller("outsider-co")
+    mine = turns(outsider, "trip", ["I booked a flight to Lisbon as well"])["episode_ids"]
+    assert not archive.holds(caller.tenant.pk, ("warm", "cold"))
+
+    pack(corpus["trip"], "warm")
+    assert archive.holds(caller.tenant.pk, ("warm", "cold")) and not archive.holds(
+        caller.tenant.pk, ("cold",)
+    )
+    assert not archive.holds(outsider.tenant.pk, ("warm", "cold"))
+    # Found the moment it is packed (nothing about it is cached), and never by the outsider.
+    found = search(caller, "Lisbon conference flight")["results"]
+    assert (found[0]["episode_id"], found[0]["layer"]) == (corpus["trip"], "warm")
+    assert ids(search(outsider, "Lisbon conference flight")) == mine
