@@ -125,12 +125,18 @@ def packed_turns(tenant_id: str) -> int:
 
 
 def holds(tenant_id: Any, layers: tuple[str, ...]) -> bool:
-    """Whether the tenant has any episode in these layers (any state)."""
+    """Whether the tenant has any episode in these layers (any state).
+
+    Not ``EXISTS (...)``: a tenant the planner's statistics do not know yet (just loaded, or
+    autovacuum has not analysed since) is estimated to hold thousands of such rows, so it
+    scans the table for the first one; for a freshly loaded 10k-episode tenant that found none,
+    60-87 ms. Ordering by the `(tenant, layer)` index's own columns makes the index the only
+    cheap plan (an index-only scan, 0.05 ms)."""
     row = db.fetch_one(
-        "SELECT EXISTS (SELECT 1 FROM episodes_episode WHERE tenant_id = %s AND layer = ANY(%s))",
+        "SELECT layer FROM episodes_episode WHERE tenant_id = %s AND layer = ANY(%s) ORDER BY tenant_id, layer LIMIT 1",
         [tenant_id, list(layers)],
     )
-    return bool(row and row[0])
+    return row is not None
 
 
 def search(
