@@ -250,6 +250,7 @@ def run_search_bench(
     rng = np.random.default_rng(seed)
     get_embedder("local").embed(["warm-up"])
     results = []
+    loaded: list[Tenant] = []
     server = Server()
     try:
         for size in sizes:
@@ -280,11 +281,15 @@ def run_search_bench(
                     else measure_service(tenant, qs, with_vector)
                 )
                 results.append({"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)})
-            if not (keep or reuse):
-                hot_store().drop_tenant(tenant.id.hex)
-                tenant.delete()
+            if kept is None and not keep:
+                loaded.append(tenant)
     finally:
         server.stop()
+        # Dropped once every size is measured: deleting a loaded tenant sets autovacuum and
+        # RediSearch's collector to work, which would slow the next size's measurements.
+        for tenant in loaded:
+            hot_store().drop_tenant(tenant.id.hex)
+            tenant.delete()
     return results
 
 
