@@ -1,0 +1,143 @@
+"""The LoCoMo harness behind `manage.py evaluate locomo`: its metrics on hand-made rankings, and
+a whole run over a small conversation in LoCoMo's format (written here, not the dataset)."""
+
+import json
+import math
+
+import pytest
+from django.core.management import call_command
+
+from episodes.models import Turn
+from memory_platform.tenancy.models import Tenant
+from retrieval.evaluation.locomo import load, normalise_evidence, score_ranking, turn_text
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_metrics_of_a_hand_made_ranking():
+    # Evidence turns 7 and 9. Items: a hot turn each, or a warm episode carrying several turns.
+    items = [{1}, {2}, {7}, {3, 4}, {5}, {6}, {8, 9}]
+    scores = score_ranking(items, {7, 9})
+    assert scores["recall5"] == 1.0 and scores["recall10"] == 1.0
+    assert scores["share5"] == 0.5 and scores["share10"] == 1.0
+    assert scores["mrr"] == pytest.approx(1 / 3)
+    dcg = 1 / math.log2(3 + 1) + 1 / math.log2(7 + 1)  # relevant at ranks 3 and 7
+    ideal = 1 / math.log2(2) + 1 / math.log2(3)
+    assert scores["ndcg10"] == pytest.approx(dcg / ideal)
+
+    missed = score_ranking([{1}] * 12 + [{7}], {7})
+    assert missed == {
+        "recall5": 0.0,
+        "recall10": 0.0,
+        "share5": 0.0,
+        "share10": 0.0,
+        "mrr": 1 / 13,
+        "ndcg10": 0.0,
+    }
+
+
+def test_evidence_ids_and_turn_text_are_normalised():
+    assert normalise_evidence(["D8:6; D9:17", "D:11:26", "D30:05", "junk"]) == [
+        "D8:6",
+        "D9:17",
+        "D11:26",
+        "D30:5",
+    ]
+    assert turn_text({"speaker": "Ana", "text": "Look!", "blip_caption": "a photo of a red kite"}) == (
+        "Ana: Look! [shares a photo of a red kite]"
+    )
+    assert turn_text({"speaker": "Ana", "text": "Hi"}) == "Ana: Hi"
+
+
+def conversation_file(tmp_path):
+    turns_1 = [
+        {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a greyhound called Comet last week."},
+        {"speaker": "Ben", "dia_id": "D1:2", "text": "A greyhound! Do you run together?"},
+        {
+            "speaker": "Ana",
+            "dia_id": "D1:3",
+            "text": "Every morning along the canal.",
+            "blip_caption": "a dog by water",
+        },
+    ]
+    turns_2 = [
+        {"speaker": "Ben", "dia_id": "D2:1", "text": "I started learning the cello in June."},
+        {"speaker": "Ana", "dia_id": "D2:2", "text": "How is the cello going?"},
+        {"speaker": "Ben", "dia_id": "D2:3", "text": "Slowly, my teacher is patient."},
+    ]
+    data = [
+        {
+            "sample_id": "conv-test",
+            "conversation": {
+                "speaker_a": "Ana",
+                "speaker_b": "Ben",
+                "session_1_date_time": "1:56 pm on 8 May, 2023",
+                "session_1": turns_1,
+                "session_2_date_time": "10:37 am on 27 June, 2023",
+                "session_2": turns_2,
+            },
+            # Generated fields the harness must never index.
+            "observation": {"session_1_observation": {"Ana": [["Ana owns a zebrafinch aviary", "D1:1"]]}},
+            "session_summary": {"session_1_summary": "Ana talks about her zebrafinch aviary."},
+            "event_summary": {"events_session_1": {"Ana": ["zebrafinch aviary"]}},
+            "qa": [
+                {
+                    "question": "What is the name of Ana's greyhound?",
+                    "answer": "Comet",
+                    "evidence": ["D1:1"],
+                    "category": 4,
+                },
+                {
+                    "question": "When did Ben start the cello?",
+                    "answer": "June",
+                    "evidence": ["D2:1"],
+                    "category": 2,
+                },
+                {
+                    "question": "Where do Ana and Comet run?",
+                    "answer": "canal",
+                    "evidence": ["D1:3; D1:1"],
+                    "category": 1,
+                },
+                {"question": "Unanswerable", "answer": "", "evidence": ["D1:2"], "category": 5},
+                {"question": "No evidence here", "answer": "", "evidence": [], "category": 3},
+            ],
+        }
+    ]
+    path = tmp_path / "locomo-test.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_loading_keeps_the_dialogue_only(tmp_path):
+    (conversation,) = load(conversation_file(tmp_path))
+    assert conversation.speakers == ("Ana", "Ben")
+    assert [n for n, _, _ in conversation.sessions] == [1, 2]
+    assert conversation.sessions[1][1].isoformat() == "2023-06-27T10:37:00+00:00"
+    assert len(conversation.questions) == 4  # category 5 is left out
+
+
+def test_evaluate_command_runs_every_question_through_search_and_cleans_up(tmp_path, capsys):
+    path = conversation_file(tmp_path)
+    before = set(Tenant.objects.values_list("pk", flat=True))
+    call_command("evaluate", "locomo", str(path), "--json", "--keep")
+    result = json.loads(capsys.readouterr().out)["all_hot"]
+    assert result["conversations"] == 1 and result["turns"] == 6
+    assert result["questions"] == 3 and result["skipped_no_evidence"] == 1
+    assert set(result["per_category"]) == {"multi-hop", "single-hop", "temporal"}
+    # Six turns, ten items: every question's evidence is within reach, and found.
+    assert result["overall"]["recall10"] == 1.0
+    assert 0.0 < result["overall"]["mrr"] <= 1.0
+
+    (tenant,) = Tenant.objects.exclude(pk__in=before)
+    texts = list(Turn.objects.filter(tenant=tenant).order_by("occurred_at").values_list("text", "metadata"))
+    assert texts[2] == (
+        "Ana: Every morning along the canal. [shares a dog by water]",
+        {"dia_id": "D1:3", "speaker": "Ana"},
+    )
+    assert not Turn.objects.filter(tenant=tenant, text__icontains="zebrafinch").exists()
+
+    # Without --keep the run's tenant is gone afterwards.
+    call_command("evaluate", "locomo", str(path), "--json")
+    capsys.readouterr()
+    assert set(Tenant.objects.values_list("pk", flat=True)) == before | {tenant.pk}
