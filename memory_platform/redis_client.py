@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 from django.conf import settings
 
@@ -17,3 +19,10 @@ def get_redis() -> redis.Redis:
         )
         _clients[url] = client
     return client
+
+
+def info_field(info: Any, name: str, default: Any = None) -> Any:
+    """A field of a RediSearch reply (``FT.INFO``, ``FT.SEARCH``'s maps): a map (RESP3) or a flat
+    list of pairs (RESP2), with bytes keys (or str with ``decode_responses``)."""
+    mapping = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2], strict=False))
+    return mapping.get(name.encode(), mapping.get(name, default))

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from episodes.models import Episode, State
+from episodes.stores.hot import Feedback
 from memory_platform import db
 from memory_platform.tenancy.models import Tenant
 
@@ -24,10 +25,8 @@ class RetrievalWeights:
     #: its relevance; relevance stays first.
     priority: float = 0.15
     candidates: int = 50
-    #: Pseudo-relevance feedback of the hot KNN query: how many of the best BM25 hits it is moved
-    #: towards (0: none), and how far (``episodes.stores.hot.Feedback``).
-    feedback_docs: int = 3
-    feedback_weight: float = 0.5
+    #: Pseudo-relevance feedback of the hot KNN query (``docs`` 0: none).
+    feedback: Feedback = Feedback()
 
 
 class RankRow(NamedTuple):

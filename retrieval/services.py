@@ -1,6 +1,6 @@
 """The read path: hybrid search over every tier, activation, context assembly, unpacking.
 
-One query embedding; hot candidates from Redis (KNN + BM25 over turns, one round trip), warm and
+One query embedding; hot candidates from Redis (BM25 over turns, then KNN with the query moved towards the best BM25 hits), warm and
 cold candidates from Postgres (pgvector + full text); weighted RRF; grouped by episode; re-ranked
 by the seed-003 priority; each hit shaped by its layer.
 """
@@ -61,8 +61,10 @@ def platform_weights() -> RetrievalWeights:
         text=float(memory_settings.RRF_TEXT_WEIGHT),
         k=int(memory_settings.RRF_K),
         candidates=int(memory_settings.SEARCH_CANDIDATES),
-        feedback_docs=int(memory_settings.SEARCH_FEEDBACK_DOCS),
-        feedback_weight=float(memory_settings.SEARCH_FEEDBACK_WEIGHT),
+        feedback=Feedback(
+            docs=int(memory_settings.SEARCH_FEEDBACK_DOCS),
+            weight=float(memory_settings.SEARCH_FEEDBACK_WEIGHT),
+        ),
     )
 
 
@@ -219,9 +221,8 @@ def _hot_lists(
         occurred_to=query.occurred_to.timestamp() if query.occurred_to else None,
         exclude_dormant=not query.include_dormant,
     )
-    feedback = Feedback(docs=weights.feedback_docs, weight=weights.feedback_weight)
     return hot_store().search(
-        tenant.id.hex, vector=vector, text=text, filters=filters, k=k, feedback=feedback
+        tenant.id.hex, vector=vector, text=text, filters=filters, k=k, feedback=weights.feedback
     )
 
 

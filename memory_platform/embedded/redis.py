@@ -9,7 +9,6 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -29,26 +28,25 @@ def collect_index_garbage(port: int) -> dict[str, tuple[int, int]]:
     are intact, only the ranking is off until the next scheduled collection."""
     import redis
 
-    client = redis.Redis(host="127.0.0.1", port=port, protocol=2, socket_timeout=60)
+    from memory_platform.redis_client import info_field
+
+    def records(name: str) -> int:
+        return int(info_field(client.execute_command("FT.INFO", name), "num_records"))
+
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=60)
     collected: dict[str, tuple[int, int]] = {}
     try:
         for raw in client.execute_command("FT._LIST"):
             name = raw.decode() if isinstance(raw, bytes) else str(raw)
             try:
-                before = _index_records(client, name)
+                before = records(name)
                 client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", name)
-                collected[name] = (before, _index_records(client, name))
+                collected[name] = (before, records(name))
             except redis.RedisError as exc:
                 logger.warning("could not collect the garbage of index %s: %s", name, exc)
     finally:
         client.close()
     return collected
-
-
-def _index_records(client: Any, name: str) -> int:
-    info = client.execute_command("FT.INFO", name)
-    fields = dict(zip(info[::2], info[1::2], strict=False))
-    return int(fields[b"num_records"])
 
 
 class PortTakenError(RuntimeError):

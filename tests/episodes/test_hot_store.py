@@ -17,22 +17,24 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def ingest(caller, session, vectors):
+    return ingest_texts(
+        caller, session, [f"ledger entry {i} about apples" for i in range(len(vectors))], vectors
+    )
+
+
+def ingest_texts(caller, session, texts, vectors):
     body = caller.post(
         "/api/v1/turns",
         {
             "session_id": session,
             "turns": [
-                {
-                    "role": "user",
-                    "text": f"ledger entry {i} about apples",
-                    "vector": v.tolist(),
-                    "episode_boundary": True,
-                }
-                for i, v in enumerate(vectors)
+                {"role": "user", "text": t, "vector": v.tolist(), "episode_boundary": True}
+                for t, v in zip(texts, vectors, strict=True)
             ],
         },
     )
     assert body.status_code == 201, body.json()
+    return [t["id"] for t in body.json()["turns"]]
 
 
 def turn_ids(hits):
@@ -96,21 +98,6 @@ def test_an_index_left_under_an_earlier_name_is_dropped():
     names = {n.decode() if isinstance(n, bytes) else n for n in client.execute_command("FT._LIST")}
     assert keys.INDEX_BASE not in names
     assert keys.index_name(str(settings.MEMORY["HOT_INDEX_ALGORITHM"])) in names
-
-
-def ingest_texts(caller, session, texts, vectors):
-    body = caller.post(
-        "/api/v1/turns",
-        {
-            "session_id": session,
-            "turns": [
-                {"role": "user", "text": t, "vector": v.tolist(), "episode_boundary": True}
-                for t, v in zip(texts, vectors, strict=True)
-            ],
-        },
-    )
-    assert body.status_code == 201, body.json()
-    return [t["id"] for t in body.json()["turns"]]
 
 
 def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_only(provided):
