@@ -115,7 +115,6 @@ def hot_remove(episode: Episode) -> bool:
 def rebuild_hot(*, tenant: Tenant | None = None, batch: int = 200, progress: Any = None) -> int:
     """Rebuild the hot index from Postgres: drop the tenant's documents, index every hot episode."""
     store = hot_store()
-    store.ensure_index()
     tenants = [tenant] if tenant is not None else list(Tenant.objects.all())
     total = 0
     for t in tenants:

@@ -6,19 +6,17 @@ share a cluster slot and tenants can be spread over a Redis Cluster (DESIGN §1)
 
 from __future__ import annotations
 
-INDEX_BASE = "mp:idx:hot:v1"
+INDEX_BASE = "mp:idx:hot:v2"
 ALGORITHMS = ("FLAT", "HNSW")
-# Earlier names of the hot index over the same keys (dropped when found: every write would
-# index each document twice).
-LEGACY_INDEXES = (INDEX_BASE,)
+# Earlier hot indexes: one shared by every tenant (v1), under three names over the years. Dropped
+# when found (their documents stay and are indexed again by the tenants' own indexes).
+LEGACY_INDEXES = ("mp:idx:hot:v1", "mp:idx:hot:v1:flat", "mp:idx:hot:v1:hnsw")
 
 
-def index_name(algorithm: str) -> str:
-    """One index per vector algorithm; switching algorithms drops the other one (docs stay)."""
-    return f"{INDEX_BASE}:{algorithm.lower()}"
+def index_name(tenant_hex: str, algorithm: str) -> str:
+    """One index per tenant and vector algorithm; switching algorithms drops the other (docs stay)."""
+    return f"{INDEX_BASE}:{algorithm.lower()}:{tenant_hex}"
 
-
-KEY_PREFIX = "mp:{"
 
 DOC_TURN = "turn"
 DOC_EPISODE = "episode"
@@ -40,8 +38,11 @@ def tenant_pattern(tenant_hex: str) -> str:
     return f"{tenant_tag(tenant_hex)}:*"
 
 
-def hot_schema(dim: int, algorithm: str = "FLAT") -> dict:
-    """The hot index: turn documents and one document per hot episode, told apart by ``doctype``.
+def hot_schema(tenant_hex: str, dim: int, algorithm: str = "FLAT") -> dict:
+    """A tenant's hot index: its turn documents and one document per hot episode, told apart by
+    ``doctype``. It covers the tenant's keys only (its key prefix): its KNN compares the tenant's
+    vectors, not the platform's, and its BM25 statistics (document frequencies, lengths) are the
+    tenant's own, so no other tenant's text moves its ranking.
 
     FLAT by default: exact KNN, and a restart reloads in seconds where HNSW rebuilds for minutes
     while Redis refuses queries (DESIGN §9).
@@ -56,8 +57,8 @@ def hot_schema(dim: int, algorithm: str = "FLAT") -> dict:
         vector_attrs.update({"m": 16, "ef_construction": 200})
     return {
         "index": {
-            "name": index_name(algorithm),
-            "prefix": KEY_PREFIX,
+            "name": index_name(tenant_hex, algorithm),
+            "prefix": f"{tenant_tag(tenant_hex)}:",
             "key_separator": ":",
             "storage_type": "hash",
         },

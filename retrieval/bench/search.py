@@ -54,7 +54,6 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
     now = timezone.now()
     start = now - timedelta(days=200)
     store = hot_store()
-    store.ensure_index()
     vectors_all = np.empty((size, 384), dtype=np.float32)
     for offset in range(0, size, BATCH):
         n = min(BATCH, size - offset)

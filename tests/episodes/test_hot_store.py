@@ -1,5 +1,5 @@
-"""The hot index's reads: the KNN filter policy follows the tenant's share of the index, and
-replies read the same over RESP2 and RESP3."""
+"""The hot index: one per tenant (its KNN and BM25 see the tenant's documents only), the KNN
+filter policy, replies read the same over RESP2 and RESP3, feedback, restarts and upgrades."""
 
 import time
 
@@ -9,7 +9,8 @@ import redis
 from django.conf import settings
 
 from episodes.stores import keys
-from episodes.stores.hot import Feedback, HotFilters, HotStore, hot_store
+from episodes.stores.hot import Feedback, HotFilters, HotStore, _hybrid_policy, hot_store
+from memory_platform.redis_client import info_field
 
 from ..conftest import Caller, unit_vectors
 
@@ -41,31 +42,67 @@ def turn_ids(hits):
     return [h.turn_id for h in hits]
 
 
-def test_a_big_tenant_walks_the_vector_index_and_small_or_narrowed_searches_score_exactly(provided):
-    big_vectors = unit_vectors(30, seed=11)
-    ingest(provided, "s1", big_vectors)
-    small = Caller("small-co", embedder="provided")
-    small_vectors = unit_vectors(2, seed=12)
-    ingest(small, "s1", small_vectors)
-    big_hex, small_hex = provided.tenant.id.hex, small.tenant.id.hex
-    store = HotStore()
-    assert store._hybrid_policy(big_hex, HotFilters()) == "BATCHES"
-    assert store._hybrid_policy(big_hex, HotFilters(session_id="s1")) == "ADHOC_BF"
-    assert store._hybrid_policy(small_hex, HotFilters()) == "ADHOC_BF"
+def index_names(client):
+    return {n.decode() if isinstance(n, bytes) else n for n in client.execute_command("FT._LIST")}
 
-    # Both policies rank the big tenant's turns alike (the default FLAT index is exact either way).
-    query = big_vectors[3]
-    store._hybrid_policy = lambda *_: "BATCHES"  # type: ignore[method-assign]
-    walked, _ = store.search(big_hex, vector=query, text=None, filters=HotFilters(), k=10)
-    store._hybrid_policy = lambda *_: "ADHOC_BF"  # type: ignore[method-assign]
-    exact, _ = store.search(big_hex, vector=query, text=None, filters=HotFilters(), k=10)
+
+def test_each_tenant_has_its_own_index_walked_by_default_and_scored_exactly_when_narrowed(provided):
+    vectors = unit_vectors(30, seed=11)
+    ingest(provided, "s1", vectors)
+    outsider = Caller("small-co", embedder="provided")
+    outsider_vectors = unit_vectors(2, seed=12)
+    ingest(outsider, "s1", outsider_vectors)
+    tenant_hex, outsider_hex = provided.tenant.id.hex, outsider.tenant.id.hex
+    store = hot_store()
+    assert {store.index_name(tenant_hex), store.index_name(outsider_hex)} <= index_names(store.client)
+    # 30 turn documents and 30 episode documents: the outsider's are in its own index.
+    info = store.client.execute_command("FT.INFO", store.index_name(tenant_hex))
+    assert int(info_field(info, "num_docs")) == 60
+    assert _hybrid_policy(HotFilters()) == "BATCHES"
+    assert _hybrid_policy(HotFilters(session_id="s1")) == "ADHOC_BF"
+
+    # Both policies rank alike (the default FLAT index is exact either way).
+    walked, _ = store.search(tenant_hex, vector=vectors[3], text=None, filters=HotFilters(), k=10)
+    exact, _ = store.search(
+        tenant_hex, vector=vectors[3], text=None, filters=HotFilters(session_id="s1"), k=10
+    )
     assert turn_ids(walked) == turn_ids(exact) and len(walked) == 10
     assert walked[0].score == pytest.approx(1.0, abs=1e-5)
 
-    # The small tenant sees its own turns only, nearest first.
-    hits, _ = hot_store().search(small_hex, vector=small_vectors[1], text=None, filters=HotFilters(), k=10)
-    assert len(hits) == 2 and hits[0].score == pytest.approx(1.0, abs=1e-5)
-    assert all(h.doc_id.startswith(keys.tenant_tag(small_hex)) for h in hits)
+    # The outsider sees its own turns only, nearest first, even with the tenant's own vector.
+    for query in (outsider_vectors[1], vectors[3]):
+        hits, _ = store.search(outsider_hex, vector=query, text="ledger apples", filters=HotFilters(), k=10)
+        assert len(hits) == 2 and all(h.doc_id.startswith(keys.tenant_tag(outsider_hex)) for h in hits)
+    assert store.count(tenant_hex) == 30 and store.count(outsider_hex) == 2
+    assert len(store.episode_ids(tenant_hex)) == 30 and len(store.episode_ids(outsider_hex)) == 2
+
+    # Dropping a tenant drops its index and documents, and nobody else's.
+    store.drop_tenant(outsider_hex)
+    assert store.index_name(outsider_hex) not in index_names(store.client)
+    assert store.count(outsider_hex) == 0 and store.count(tenant_hex) == 30
+
+
+def test_an_outsiders_text_does_not_move_a_tenants_bm25_scores(provided):
+    ingest_texts(
+        provided,
+        "s1",
+        ["the harbour lights at dusk", "lights and lanterns", "a quiet harbour"],
+        unit_vectors(3, seed=14),
+    )
+    tenant_hex = provided.tenant.id.hex
+
+    def ranking():
+        _, hits = hot_store().search(
+            tenant_hex, vector=None, text="harbour lights", filters=HotFilters(), k=10
+        )
+        return [(h.turn_id, round(h.score, 6)) for h in hits]
+
+    before = ranking()
+    assert len(before) == 3
+    # Many documents full of one of the words: in a shared index they would change its IDF.
+    outsider = Caller("outsider-co", embedder="provided")
+    ingest_texts(outsider, "s1", ["harbour harbour harbour"] * 40, unit_vectors(40, seed=15))
+    assert ranking() == before
 
 
 def test_replies_read_the_same_over_resp2_and_resp3(provided):
@@ -89,15 +126,24 @@ def test_replies_read_the_same_over_resp2_and_resp3(provided):
     ]
 
 
-def test_an_index_left_under_an_earlier_name_is_dropped():
-    client = hot_store().client
-    client.execute_command(
-        "FT.CREATE", keys.INDEX_BASE, "ON", "HASH", "PREFIX", "1", keys.KEY_PREFIX, "SCHEMA", "tenant", "TAG"
+def test_documents_of_the_shared_index_of_earlier_versions_are_found_through_the_tenants_index(provided):
+    vectors = unit_vectors(25, seed=16)
+    ids = ingest(provided, "s1", vectors)
+    tenant_hex = provided.tenant.id.hex
+    store = hot_store()
+    # As an upgrade finds Redis: the documents, under the shared index of v1 only.
+    store.client.execute_command("FT.DROPINDEX", store.index_name(tenant_hex))
+    store.client.execute_command(
+        "FT.CREATE", keys.LEGACY_INDEXES[1], "ON", "HASH", "PREFIX", "1", "mp:{", "SCHEMA", "tenant", "TAG"
     )
-    HotStore().ensure_index()
-    names = {n.decode() if isinstance(n, bytes) else n for n in client.execute_command("FT._LIST")}
-    assert keys.INDEX_BASE not in names
-    assert keys.index_name(str(settings.MEMORY["HOT_INDEX_ALGORITHM"])) in names
+    store.forget_index_state()
+
+    hits, text_hits = store.search(
+        tenant_hex, vector=vectors[4], text="ledger apples", filters=HotFilters(), k=30
+    )
+    assert hits[0].turn_id == ids[4] and {h.turn_id for h in hits} == set(ids) and len(text_hits) == 25
+    names = index_names(store.client)
+    assert keys.LEGACY_INDEXES[1] not in names and store.index_name(tenant_hex) in names
 
 
 def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_only(provided):
@@ -160,20 +206,23 @@ def test_a_restarted_redis_ranks_text_as_before_without_dead_records_from_its_lo
     ingest_texts(
         provided, "s1", [f"entry {i} about apples and pears" + " pears" * i for i in range(8)], vectors
     )
-    gone = Caller("gone-co", embedder="provided")
-    ingest_texts(gone, "s1", [f"pears {i} and more pears" for i in range(150)], unit_vectors(150, seed=32))
-    # The log's base snapshot holds the outsider's documents; the deletes follow it in the log.
+    gone = ingest_texts(
+        provided, "s2", [f"pears {i} and more pears" for i in range(150)], unit_vectors(150, seed=32)
+    )
+    tenant_hex = provided.tenant.id.hex
+    # The log's base snapshot holds the documents of session s2; their deletes follow it in the log.
     client = get_redis()
     client.bgrewriteaof()
     while client.info("persistence")["aof_rewrite_in_progress"]:
         time.sleep(0.05)
-    hot_store().drop_tenant(gone.tenant.id.hex)
-    tenant_hex = provided.tenant.id.hex
-    index = hot_store().index.name
+    client.unlink(*[keys.turn_key(tenant_hex, t) for t in gone])
+    index = hot_store().index_name(tenant_hex)
     port = get_redis().connection_pool.connection_kwargs["port"]
 
     def text_ranking():
-        _, hits = hot_store().search(tenant_hex, vector=None, text="apples pears", filters=HotFilters(), k=20)
+        _, hits = hot_store().search(
+            tenant_hex, vector=None, text="apples pears", filters=HotFilters(), k=200
+        )
         return [(h.turn_id, round(h.score, 6)) for h in hits]
 
     collect_index_garbage(port)
