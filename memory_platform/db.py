@@ -11,12 +11,16 @@ rows in binary (timestamps in UTC, JSON parsed, arrays as lists).
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import psycopg
 from django.db import close_old_connections, connection
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
 
 T = TypeVar("T")
 _worker_lock = threading.Lock()
@@ -28,6 +32,28 @@ def column_list(fields: Iterable[Any], alias: str = "") -> str:
     quote = connection.ops.quote_name
     prefix = f"{alias}." if alias else ""
     return ", ".join(f"{prefix}{quote(str(f.column))}" for f in fields)
+
+
+class Vector:
+    """A query vector as a ``fetch`` parameter (write ``%s::vector``): sent in pgvector's binary
+    form, which costs a microsecond where formatting its text form took 0.3 ms."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: Any):
+        self.values = np.asarray(values, dtype=">f4").ravel()
+
+
+class _VectorDumper(Dumper):
+    format = Format.BINARY  # type: ignore[assignment]
+
+    def dump(self, obj: Vector) -> bytes:
+        # pgvector's vector_recv: dimensions and an unused word (uint16 each), then big-endian float4s.
+        return struct.pack(">HH", obj.values.size, 0) + obj.values.tobytes()
+
+
+# The parameter's type is left to the server, which takes it from the ``::vector`` cast.
+psycopg.adapters.register_dumper(Vector, _VectorDumper)
 
 
 def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

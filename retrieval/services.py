@@ -8,7 +8,6 @@ by the seed-003 priority; each hit shaped by its layer.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,6 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
-from django.db import connection
 
 from episodes import selectors as episode_selectors
 from episodes.models import Episode, Layer, State
@@ -167,27 +165,18 @@ def search(
             episode_relevance[episode_id] = score
             explain[episode_id] = parts
 
-    # Ranking reads five columns of every candidate; only the hits kept are loaded whole.
+    # Only the candidates that can still reach the top are read, each as a hit shows it.
     ranked = rank_candidates(tenant, episode_relevance, query.limit, weights)
     if degraded and vector is not None:
-        hot_ids = [pk for pk, row in ranked.items() if row.layer == Layer.HOT]
+        hot_ids = [pk for pk, episode in ranked.items() if episode.layer == Layer.HOT]
         for episode_id, sims in archive.turn_similarities(hot_ids, vector).items():
             base = episode_relevance[episode_id]
             hot_turns[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
 
-    order = rerank(ranked, episode_relevance, weights, now)[: query.limit]
-    columns, names = _hit_columns()
-    rows = db.fetch(
-        f"SELECT {columns} FROM episodes_episode WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
-        [tenant.id, [pk for pk, _, _ in order], State.FORGOTTEN.value],
-    )
-    episodes = {e.pk: e for e in (Episode.from_db(connection.alias, names, row) for row in rows)}
     hits = []
-    for pk, score, parts in order:
-        if pk not in episodes:  # forgotten since it was ranked
-            continue
+    for pk, score, parts in rerank(ranked, episode_relevance, weights, now)[: query.limit]:
         hit = Hit(
-            episode=episodes[pk], relevance=episode_relevance[pk], score=score, matched=hot_turns.get(pk, [])
+            episode=ranked[pk], relevance=episode_relevance[pk], score=score, matched=hot_turns.get(pk, [])
         )
         if query.explain:
             hit.explain = {**explain.get(pk, {}), **parts, "score": score}
@@ -360,34 +349,25 @@ class TurnRow(NamedTuple):
 
 
 def turns_for(episode_ids: list[int], *, full: set[int]) -> dict[int, list[TurnRow]]:
-    """Turns per episode, in order: every shown field for ``full`` episodes, ids only for the others."""
+    """Turns per episode, in order, in one statement: every shown field for ``full`` episodes,
+    ids only for the others (their text stays in the database)."""
     out: dict[int, list[TurnRow]] = {e: [] for e in episode_ids}
-    full_ids = [e for e in episode_ids if e in full]
-    id_only = [e for e in episode_ids if e not in full]
-    order = "ORDER BY episode_id, seq, id"
-    if full_ids:
-        rows = db.fetch(
-            "SELECT id, episode_id, seq, role, text, occurred_at, metadata FROM episodes_turn "
-            f"WHERE episode_id = ANY(%s) {order}",
-            [full_ids],
+    if not episode_ids:
+        return out
+    rows = db.fetch(
+        "SELECT id, episode_id, seq, s.shown, role, CASE WHEN s.shown THEN text END, occurred_at, "
+        "CASE WHEN s.shown THEN metadata END FROM episodes_turn, LATERAL (SELECT episode_id = ANY(%s) AS shown) s "
+        "WHERE episode_id = ANY(%s) ORDER BY episode_id, seq, id",
+        [list(full), episode_ids],
+    )
+    for pk, episode_id, seq, shown, role, text, occurred_at, metadata in rows:
+        turn = (
+            TurnRow(pk, episode_id, seq, role, text, occurred_at, metadata or {})
+            if shown
+            else TurnRow(pk, episode_id, seq)
         )
-        for pk, episode_id, seq, role, text, occurred_at, metadata in rows:
-            out[episode_id].append(TurnRow(pk, episode_id, seq, role, text, occurred_at, metadata or {}))
-    if id_only:
-        for row in db.fetch(
-            f"SELECT id, episode_id, seq FROM episodes_turn WHERE episode_id = ANY(%s) {order}", [id_only]
-        ):
-            out[row[1]].append(TurnRow(*row))
+        out[episode_id].append(turn)
     return out
-
-
-@functools.cache
-def _hit_columns() -> tuple[str, list[str]]:
-    """An episode's columns as a hit shows it (vectors, search text and metadata stay behind),
-    and their field names."""
-    left_out = {"embedding", "search_text", "search_vector", "metadata"}
-    fields = [f for f in Episode._meta.concrete_fields if f.attname not in left_out]
-    return db.column_list(fields), [f.attname for f in fields]
 
 
 def search_shaped(*, tenant: Tenant, query: SearchQuery, now: datetime) -> dict[str, Any]:

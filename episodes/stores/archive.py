@@ -168,7 +168,7 @@ def search(
     text_args: list = []
     text = text if text and text.strip() else None
     if vector is not None:
-        literal = _vec(vector)
+        literal = db.Vector(vector)
         if filters.raw_turns:
             # The turns of packed episodes keep their own embeddings (the raw log is never
             # packed), and a centroid blurs the one turn a question is about: rank the packed
@@ -260,19 +260,14 @@ def turn_similarities(episode_ids: list[int], vector: np.ndarray) -> dict[int, l
     """Per episode, its turns by cosine similarity to ``vector`` (degraded mode's matched turns)."""
     if not episode_ids:
         return {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT episode_id, id, 1 - (embedding <=> %s::vector) FROM episodes_turn "
-            "WHERE episode_id = ANY(%s) AND embedding IS NOT NULL",
-            [_vec(vector), episode_ids],
-        )
-        out: dict[int, list[tuple[int, float]]] = {}
-        for episode_id, turn_id, sim in cursor.fetchall():
-            out.setdefault(int(episode_id), []).append((int(turn_id), float(sim)))
+    rows = db.fetch(
+        "SELECT episode_id, id, 1 - (embedding <=> %s::vector) FROM episodes_turn "
+        "WHERE episode_id = ANY(%s) AND embedding IS NOT NULL",
+        [db.Vector(vector), episode_ids],
+    )
+    out: dict[int, list[tuple[int, float]]] = {}
+    for episode_id, turn_id, sim in rows:
+        out.setdefault(int(episode_id), []).append((int(turn_id), float(sim)))
     for values in out.values():
         values.sort(key=lambda x: -x[1])
     return out
-
-
-def _vec(vector: np.ndarray) -> str:
-    return "[" + ",".join(f"{float(v):.7g}" for v in np.asarray(vector).ravel()) + "]"
