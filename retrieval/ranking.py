@@ -1,17 +1,14 @@
 """Ranking candidates: relevance (fused RRF) moved by the seed-003 priority.
 
-Only candidates that can still reach the top are read, each as a hit shows it, so the hits kept
-need no second statement.
+Ranking reads five columns of each candidate, and only of those that can still reach the top.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from datetime import datetime
-
-from django.db import connection
+from typing import NamedTuple
 
 from episodes.models import Episode, State
 from episodes.stores.hot import Feedback
@@ -32,6 +29,14 @@ class RetrievalWeights:
     feedback: Feedback = Feedback()
 
 
+class RankRow(NamedTuple):
+    pk: int
+    layer: str
+    anchor: bool
+    access_count: int
+    last_accessed_at: datetime
+
+
 # The seed-003 priority: recency, frequency, anchor and relevance, each up to its weight.
 RECENCY_WEIGHT = 0.3
 FREQUENCY_WEIGHT = 0.2
@@ -42,8 +47,8 @@ MAX_PRIORITY = RECENCY_WEIGHT + FREQUENCY_WEIGHT + ANCHOR_WEIGHT + RELEVANCE_WEI
 
 def rank_candidates(
     tenant: Tenant, relevance: dict[int, float], limit: int, weights: RetrievalWeights
-) -> dict[int, Episode]:
-    """The candidates that can still reach the top ``limit``, read (see ``rank_rows``).
+) -> dict[int, RankRow]:
+    """The candidates that can still reach the top ``limit``, with what ranking reads.
 
     The priority lifts a score by at most ``1 + weights.priority * MAX_PRIORITY``, so a candidate
     below the limit-th relevance divided by that factor cannot overtake it: it is never read.
@@ -51,7 +56,7 @@ def rank_candidates(
     """
     order = sorted(relevance, key=lambda pk: -relevance[pk])
     lift = 1.0 + weights.priority * MAX_PRIORITY
-    ranked: dict[int, Episode] = {}
+    ranked: dict[int, RankRow] = {}
     position = 0
     while position < len(order):
         usable = sorted((relevance[pk] for pk in ranked), reverse=True)
@@ -71,30 +76,19 @@ def rank_candidates(
     return ranked
 
 
-def rank_rows(tenant: Tenant, episode_ids: list[int]) -> list[Episode]:
-    """The candidates (not forgotten) as a hit shows them, in one statement with the ids as one
-    array: every column but vectors, search text and metadata (a few more than ranking reads,
-    which saves reading the hits kept again)."""
+def rank_rows(tenant: Tenant, episode_ids: list[int]) -> list[RankRow]:
+    """What ranking reads of each candidate, in one statement with the ids as one array."""
     if not episode_ids:
         return []
-    columns, names = hit_columns()
     rows = db.fetch(
-        f"SELECT {columns} FROM episodes_episode WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
+        "SELECT id, layer, anchor, access_count, last_accessed_at FROM episodes_episode "
+        "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
         [tenant.id, episode_ids, State.FORGOTTEN.value],
     )
-    return [Episode.from_db(connection.alias, names, row) for row in rows]
+    return [RankRow(*row) for row in rows]
 
 
-@functools.cache
-def hit_columns() -> tuple[str, list[str]]:
-    """An episode's columns as a hit shows it (vectors, search text and metadata stay behind),
-    and their field names."""
-    left_out = {"embedding", "search_text", "search_vector", "metadata"}
-    fields = [f for f in Episode._meta.concrete_fields if f.attname not in left_out]
-    return db.column_list(fields), [f.attname for f in fields]
-
-
-def priority_parts(episode: Episode, now: datetime) -> dict[str, float]:
+def priority_parts(episode: Episode | RankRow, now: datetime) -> dict[str, float]:
     """Seed 003's priority without its relevance term: recency, frequency, anchor."""
     idle_days = max(0.0, (now - episode.last_accessed_at).total_seconds() / 86400)
     recency = RECENCY_WEIGHT * math.exp(-idle_days / 30.0)
@@ -104,7 +98,7 @@ def priority_parts(episode: Episode, now: datetime) -> dict[str, float]:
 
 
 def rerank(
-    ranked: dict[int, Episode], relevance: dict[int, float], weights: RetrievalWeights, now: datetime
+    ranked: dict[int, RankRow], relevance: dict[int, float], weights: RetrievalWeights, now: datetime
 ) -> list[tuple[int, float, dict[str, float]]]:
     """(episode id, score, score parts), best first: relevance moved by the seed-003 priority."""
     if not relevance:
