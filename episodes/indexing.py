@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from django.db import transaction
 
 from memory_platform.embeddings import get_embedder
 from memory_platform.tenancy.models import Tenant
@@ -110,6 +111,20 @@ def hot_remove(episode: Episode) -> bool:
         logger.warning("could not remove episode %s from the hot index: %s", episode.pk, exc)
         Episode.objects.filter(pk=episode.pk).update(needs_reindex=True)
         return False
+
+
+def drop_hot_on_tenant_delete(sender: Any, instance: Tenant, **kwargs: Any) -> None:
+    """A deleted tenant's hot documents and index go with it, once the deletion commits (Postgres
+    cascades the rest). With Redis down they stay behind, and the log says whose they are."""
+    tenant_hex = instance.id.hex
+
+    def drop() -> None:
+        try:
+            hot_store().drop_tenant(tenant_hex)
+        except HotUnavailable as exc:
+            logger.warning("deleted tenant %s: hot documents left in Redis: %s", tenant_hex, exc)
+
+    transaction.on_commit(drop)
 
 
 def rebuild_hot(*, tenant: Tenant | None = None, batch: int = 200, progress: Any = None) -> int:

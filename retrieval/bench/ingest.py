@@ -12,7 +12,6 @@ import numpy as np
 from django.utils import timezone
 
 from episodes.services import Scope, TurnInput, turns_ingest
-from episodes.stores.hot import hot_store
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 
@@ -103,5 +102,4 @@ def run_mode(mode: str, turns: int, batch: int, seed: int, log: Callable[[str], 
 
 
 def _drop(tenant: Tenant) -> None:
-    hot_store().drop_tenant(tenant.id.hex)
-    tenant.delete()
+    tenant.delete()  # its hot documents and index go with it

@@ -287,8 +287,7 @@ def run_search_bench(
         # Dropped once every size is measured: deleting a loaded tenant sets autovacuum and
         # RediSearch's collector to work, which would slow the next size's measurements.
         for tenant in loaded:
-            hot_store().drop_tenant(tenant.id.hex)
-            tenant.delete()
+            tenant.delete()  # its hot documents and index go with it
     return results
 
 

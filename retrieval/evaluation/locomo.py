@@ -23,7 +23,6 @@ import numpy as np
 
 from episodes.models import Episode, Turn
 from episodes.services import Scope, TurnInput, turns_ingest
-from episodes.stores.hot import hot_store
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 from retrieval.context import estimate_tokens
@@ -274,8 +273,7 @@ def run(
     finally:
         if not keep:
             for tenant in tenants:
-                hot_store().drop_tenant(tenant.id.hex)
-                tenant.delete()
+                tenant.delete()  # its hot documents and index go with it
     return report.as_dict()
 
 

@@ -235,3 +235,18 @@ def test_a_restarted_redis_ranks_text_as_before_without_dead_records_from_its_lo
     server.start()
     assert collect_index_garbage(port)[index] == (records, records)
     assert text_ranking() == ranking
+
+
+def test_a_deleted_tenants_hot_documents_and_index_go_with_it(provided):
+    ingest(provided, "s1", unit_vectors(4, seed=41))
+    outsider = Caller("outsider-co", embedder="provided")
+    ingest(outsider, "s1", unit_vectors(3, seed=42))
+    store = hot_store()
+    tenant_hex, outsider_hex = provided.tenant.id.hex, outsider.tenant.id.hex
+    assert store.client.exists(*store.client.keys(keys.tenant_pattern(outsider_hex))) == 6
+
+    outsider.tenant.delete()
+    assert store.index_name(outsider_hex) not in index_names(store.client)
+    assert store.client.keys(keys.tenant_pattern(outsider_hex)) == []
+    # Nobody else's.
+    assert store.count(tenant_hex) == 4 and store.index_name(tenant_hex) in index_names(store.client)
