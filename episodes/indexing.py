@@ -143,4 +143,6 @@ def rebuild_hot(*, tenant: Tenant | None = None, batch: int = 200, progress: Any
             total += episodes_index_hot(ids[start : start + batch])
             if progress:
                 progress(t, min(start + batch, len(ids)), len(ids))
+    if tenant is None:
+        store.backfill_done()
     return total

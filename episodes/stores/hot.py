@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 import redis
-from redisvl.index import SearchIndex
+from redis.commands.search.index_definition import IndexDefinition, IndexType
 from redisvl.query import BaseQuery, CountQuery, FilterQuery, TextQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Num, Tag
+from redisvl.schema import IndexSchema
 from redisvl.utils.stopwords import get_stopwords
 
 from memory_platform.conf import memory_settings
@@ -147,9 +148,12 @@ class HotStore:
     def ensure_index(self, tenant_hex: str) -> str:
         """The tenant's index name, the index created on the tenant's first use in this process.
 
-        Each tenant has its own index over its own keys (see ``keys.hot_schema``). Creating it
-        over documents already there (an upgrade from the shared index) indexes them in the
-        background; the first use waits for that, up to INITIAL_SCAN_WAIT seconds."""
+        Each tenant has its own index over its own keys (see ``keys.hot_schema``). A new index
+        skips RediSearch's initial scan of the whole keyspace (a cost per new tenant that grows
+        with the platform), since documents are written after their index exists; except after
+        an index over existing documents was dropped (an upgrade from the shared index, or a
+        switch of algorithm: ``keys.BACKFILL_MARKER``). Then it indexes them in the background and
+        the first use waits for that, up to INITIAL_SCAN_WAIT seconds."""
         name = self.index_name(tenant_hex)
         if name in self._ensured:
             return name
@@ -159,21 +163,30 @@ class HotStore:
             stale += list(keys.LEGACY_INDEXES)
         for other in stale:
             # Two indexes over the same keys would double memory and write cost.
-            with contextlib.suppress(redis.ResponseError):
+            try:
                 self.client.execute_command("FT.DROPINDEX", other)
+            except redis.ResponseError:
+                continue  # no such index
+            self.client.set(keys.BACKFILL_MARKER, other)
         self._legacy_dropped = True
         try:
             self.client.execute_command("FT.INFO", name)
         except redis.ResponseError:
-            schema = keys.hot_schema(tenant_hex, int(memory_settings.EMBEDDING_DIM), algorithm)
+            backfill = bool(self.client.exists(keys.BACKFILL_MARKER))
+            schema = IndexSchema.from_dict(
+                keys.hot_schema(tenant_hex, int(memory_settings.EMBEDDING_DIM), algorithm)
+            )
             try:
-                SearchIndex.from_dict(schema, redis_client=self.client, validate_on_load=False).create(
-                    overwrite=False
+                self.client.ft(name).create_index(
+                    fields=schema.redis_fields,
+                    definition=IndexDefinition(prefix=[schema.index.prefix], index_type=IndexType.HASH),
+                    skip_initial_scan=not backfill,
                 )
             except redis.ResponseError as exc:  # created meanwhile by another process
                 if "already exists" not in str(exc).lower():
                     raise
-            self._wait_for_initial_scan(name)
+            if backfill:
+                self._wait_for_initial_scan(name)
         self._ensured.add(name)
         return name
 
@@ -187,6 +200,11 @@ class HotStore:
                 logger.warning("hot index %s is still indexing existing documents", name)
                 return
             time.sleep(0.02)
+
+    def backfill_done(self) -> None:
+        """Every tenant's documents are indexed again (a full rebuild): new tenant indexes need
+        not scan the keyspace any more."""
+        self.client.delete(keys.BACKFILL_MARKER)
 
     def forget_index_state(self) -> None:
         """After a FLUSHALL or a data loss, check for the indexes again on next use."""

@@ -13,6 +13,11 @@ ALGORITHMS = ("FLAT", "HNSW")
 LEGACY_INDEXES = ("mp:idx:hot:v1", "mp:idx:hot:v1:flat", "mp:idx:hot:v1:hnsw")
 
 
+# Set when an index over existing documents is dropped (its name as the value): new tenant indexes
+# then scan the keyspace for documents written before them. A full `rebuild_hot` clears it.
+BACKFILL_MARKER = "mp:meta:hot-index-backfill"
+
+
 def index_name(tenant_hex: str, algorithm: str) -> str:
     """One index per tenant and vector algorithm; switching algorithms drops the other (docs stay)."""
     return f"{INDEX_BASE}:{algorithm.lower()}:{tenant_hex}"

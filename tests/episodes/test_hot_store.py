@@ -144,6 +144,31 @@ def test_documents_of_the_shared_index_of_earlier_versions_are_found_through_the
     assert hits[0].turn_id == ids[4] and {h.turn_id for h in hits} == set(ids) and len(text_hits) == 25
     names = index_names(store.client)
     assert keys.LEGACY_INDEXES[1] not in names and store.index_name(tenant_hex) in names
+    assert store.client.get(keys.BACKFILL_MARKER) == keys.LEGACY_INDEXES[1].encode()
+
+
+def test_a_new_index_scans_the_keyspace_only_after_an_index_over_existing_documents_was_dropped(provided):
+    store = hot_store()
+    tenant_hex = provided.tenant.id.hex
+    # A document written while the tenant had no index (as an earlier version left it).
+    store.client.hset(
+        keys.turn_key(tenant_hex, 1), mapping={"tenant": tenant_hex, "doctype": "turn", "state": "active"}
+    )
+    store.ensure_index(tenant_hex)
+    assert store.count(tenant_hex) == 0  # a new tenant's index skips the keyspace scan
+
+    store.client.execute_command("FT.DROPINDEX", store.index_name(tenant_hex))
+    store.client.execute_command(
+        "FT.CREATE", keys.LEGACY_INDEXES[0], "ON", "HASH", "PREFIX", "1", "mp:{", "SCHEMA", "tenant", "TAG"
+    )
+    store.forget_index_state()
+    assert store.count(tenant_hex) == 1  # the shared index was dropped: this one scanned
+
+    # A full rebuild indexes every tenant again; new indexes skip the scan from then on.
+    from episodes.indexing import rebuild_hot
+
+    rebuild_hot()
+    assert not store.client.exists(keys.BACKFILL_MARKER)
 
 
 def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_only(provided):
