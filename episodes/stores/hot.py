@@ -11,8 +11,8 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -89,7 +89,6 @@ class HotHit:
     episode_id: int
     turn_id: int | None
     score: float
-    fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -407,7 +406,8 @@ class HotStore:
             num_results=limit,
         )
         return {
-            int(fields["episode"]) for _, _, fields in _rows(self._run(index, query)[0], with_scores=False)
+            int(_field(fields, b"episode"))
+            for _, _, fields in _entries(self._run(index, query)[0], with_scores=False)
         }
 
     def count(self, tenant_hex: str, doctype: str = keys.DOC_TURN) -> int:
@@ -435,51 +435,49 @@ def _total(reply: Any) -> int:
     return int(reply[0])
 
 
-def _rows(reply: Any, with_scores: bool) -> list[tuple[str, float | None, dict[str, str]]]:
-    """(key, score, fields) of an FT.SEARCH reply, RESP3 (a map) or RESP2 (a flat list; WITHSCORES
-    puts the score after each key)."""
+def _field(mapping: Any, name: bytes) -> Any:
+    """A field of a reply map: bytes keys, or str ones from a client with ``decode_responses``."""
+    value = mapping.get(name)
+    return mapping.get(name.decode()) if value is None else value
+
+
+def _entries(reply: Any, with_scores: bool) -> Iterator[tuple[Any, Any, Any]]:
+    """(key, score, fields map) of each result of an FT.SEARCH reply, raw: RESP3 (a map) or RESP2
+    (a flat list; WITHSCORES puts the score after each key). Only the fields used are read later:
+    decoding every field of every row cost more than Redis took to answer."""
     if reply is None:
-        return []
+        return
     if isinstance(reply, dict):
-        rows = []
-        for result in info_field(reply, "results", []):
-            attrs = info_field(result, "extra_attributes", {})
-            score = info_field(result, "score")
-            rows.append(
-                (
-                    _text(info_field(result, "id")),
-                    float(score) if score is not None else None,
-                    {_text(k): _text(v) for k, v in attrs.items()},
-                )
-            )
-        return rows
+        for result in _field(reply, b"results") or []:
+            yield _field(result, b"id"), _field(result, b"score"), _field(result, b"extra_attributes") or {}
+        return
     items = reply[1:]
     step = 3 if with_scores else 2
-    out = []
     for i in range(0, len(items), step):
         values = items[i + step - 1]
-        out.append(
-            (
-                _text(items[i]),
-                float(items[i + 1]) if with_scores else None,
-                {_text(a): _text(b) for a, b in zip(values[::2], values[1::2], strict=False)},
-            )
+        yield (
+            items[i],
+            items[i + 1] if with_scores else None,
+            dict(zip(values[::2], values[1::2], strict=False)),
         )
-    return out
 
 
 def _hits(reply: Any, *, distance: bool) -> list[HotHit]:
+    """KNN replies carry a distance field; BM25 replies a score (WITHSCORES)."""
     hits = []
-    # KNN replies carry a distance field; BM25 replies a score (WITHSCORES).
-    for key, score, fields in _rows(reply, with_scores=not distance):
-        turn_id = fields.get("turn_id")
+    for key, score, fields in _entries(reply, with_scores=not distance):
+        turn_id = _field(fields, b"turn_id")
+        if distance:
+            found = _field(fields, b"vector_distance")
+            value = 1.0 - float(found) if found is not None else 0.0
+        else:
+            value = float(score or 0.0)
         hits.append(
             HotHit(
-                doc_id=key,
-                episode_id=int(fields["episode"]),
+                doc_id=_text(key),
+                episode_id=int(_field(fields, b"episode")),
                 turn_id=int(turn_id) if turn_id else None,
-                score=1.0 - float(fields.get("vector_distance", 1.0)) if distance else float(score or 0.0),
-                fields=fields,
+                score=value,
             )
         )
     return hits
