@@ -152,7 +152,8 @@ class HotStore:
         with the platform), since documents are written after their index exists; except after
         an index over existing documents was dropped (an upgrade from the shared index, or a
         switch of algorithm: ``keys.BACKFILL_MARKER``). Then it indexes them in the background and
-        the first use waits for that, up to INITIAL_SCAN_WAIT seconds."""
+        the first use waits for that, up to INITIAL_SCAN_WAIT seconds. (An index an operator drops
+        by hand comes back empty: `manage.py rebuild_hot` indexes the tenant again.)"""
         name = self.index_name(tenant_hex)
         if name in self._ensured:
             return name
@@ -191,10 +192,7 @@ class HotStore:
 
     def _wait_for_initial_scan(self, name: str) -> None:
         deadline = time.monotonic() + INITIAL_SCAN_WAIT
-        while str(_text(info_field(self.client.execute_command("FT.INFO", name), "indexing", 0))) not in (
-            "0",
-            "0.0",
-        ):
+        while float(_text(info_field(self.client.execute_command("FT.INFO", name), "indexing", 0))):
             if time.monotonic() > deadline:
                 logger.warning("hot index %s is still indexing existing documents", name)
                 return
@@ -274,7 +272,7 @@ class HotStore:
     def drop_tenant(self, tenant_hex: str) -> int:
         """Remove the tenant's documents and its index (the index first: deleting documents from
         a live index costs an index update each)."""
-        for name in {self.index_name(tenant_hex), *(keys.index_name(tenant_hex, a) for a in keys.ALGORITHMS)}:
+        for name in (keys.index_name(tenant_hex, a) for a in keys.ALGORITHMS):
             with contextlib.suppress(redis.ResponseError):
                 self.client.execute_command("FT.DROPINDEX", name)
             self._ensured.discard(name)
