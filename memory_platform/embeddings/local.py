@@ -95,6 +95,11 @@ class LocalEmbedder(Embedder):
                         self._query_encoder_failed = True
         return self._query_encoder
 
+    def prepare(self) -> bool:
+        """Export and load the query encoder now (``make run``'s bootstrap does), so that a
+        server's first query only opens the exported file. True when queries run in ONNX Runtime."""
+        return self._onnx() is not None
+
     def embed_one(self, text: str) -> np.ndarray:
         """One text (a search query), through ONNX Runtime when it runs here (half torch's time
         for a short text; same vector within 3e-7), else torch called directly, without
