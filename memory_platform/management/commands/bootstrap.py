@@ -11,6 +11,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from memory_platform.embeddings import get_embedder
 from memory_platform.embeddings.local import LocalEmbedder
 from memory_platform.tenancy.models import ApiKey, Tenant
 from memory_platform.tenancy.services import api_key_create, tenant_create
@@ -46,7 +47,9 @@ class Command(BaseCommand):
             )
 
         # The first run exports the local model for queries (a few seconds); later runs find it.
-        encoder = "ONNX Runtime" if LocalEmbedder().prepare() else "torch (ONNX Runtime unavailable)"
+        local = get_embedder("local")
+        ready = isinstance(local, LocalEmbedder) and local.prepare()
+        encoder = "ONNX Runtime" if ready else "torch (ONNX Runtime unavailable)"
         self.stdout.write(f"query embedding: {encoder}")
 
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
