@@ -242,19 +242,32 @@ def test_split_and_single_statement_warm_cold_search_agree(caller):
     assert len(split[0]) == 3 and len(split[1]) == 2
 
 
-def test_common_lexemes_come_from_the_planner_statistics(caller, monkeypatch):
+@pytest.mark.parametrize("plan", ["exact", "approximate"])
+def test_the_broad_full_text_pass_is_any_word_when_exact_and_any_two_words_at_scale(
+    caller, monkeypatch, plan
+):
     from episodes.stores import archive
 
-    texts = [f"garden note {word}" for word in ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")]
-    turns(caller, "s1", texts)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE episodes_turn")
-    monkeypatch.setattr(archive, "_common_cache", {})
-    monkeypatch.setattr(archive, "COMMON_LEXEME_SHARE", 0.5)
-    common = archive.common_lexemes("episodes_turn")
-    assert "garden" in common and "note" in common  # in every turn
-    assert "foxtrot" not in common  # in one turn of six
-    assert archive.common_lexemes("episodes_turn") is common  # cached
+    monkeypatch.setattr(archive, "EXACT_PACKED_TURNS", 10_000 if plan == "exact" else 0)
+    monkeypatch.setattr(archive, "_packed_count_cache", {})
+    texts = {
+        "two": "my sister adopted a greyhound named comet",  # shares two of the query's words
+        "one": "we sat by the canal near the bakery",  # shares one
+        "none": "budget meeting notes for the quarter",
+    }
+    episodes = {name: turns(caller, name, [text, "ok"])["episode_ids"][0] for name, text in texts.items()}
+    for episode_id in episodes.values():
+        pack(episode_id, "warm")
+    _, text_hits = archive.search(
+        str(caller.tenant.id),
+        vector=None,
+        text="did my sister walk her greyhound by the canal?",  # no row holds every word
+        filters=archive.ArchiveFilters(layers=("warm",)),
+        k=10,
+    )
+    found = {episode_id for episode_id, _ in text_hits}
+    assert episodes["two"] in found and episodes["none"] not in found
+    assert (episodes["one"] in found) is (plan == "exact")
 
 
 def test_search_reads_its_settings_from_the_tenants_policy(caller):
