@@ -89,6 +89,18 @@ def hot_repair(*, tenant: Tenant, limit: int = 10_000) -> dict[str, int]:
     return {"removed": removed, "indexed": indexed}
 
 
+def collect_hot_garbage(tenant: Tenant) -> None:
+    """Purge the documents a tick took out of the tenant's hot index from BM25's statistics now.
+    RediSearch does it itself only every 30 s and past 100 removed documents; until then the
+    removed ones count in document frequencies and lengths, and a tenant left with a few hot
+    episodes is ranked by statistics of hundreds gone (LoCoMo aged, hot evidence: Recall@10
+    0.55-0.68 from run to run, 0.85 collected)."""
+    try:
+        hot_store().collect_garbage(tenant.id.hex)
+    except HotUnavailable as exc:
+        logger.warning("could not collect the hot index garbage of tenant %s: %s", tenant.pk, exc)
+
+
 def retag_state(episode: Episode, state: str) -> None:
     """A hot episode's state changed: its documents' state tag follows (default search filters on it)."""
     turn_ids = list(episode.turns.values_list("pk", flat=True))

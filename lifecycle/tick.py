@@ -25,7 +25,7 @@ from episodes.stores.hot import HotUnavailable
 from memory_platform.tenancy.models import Tenant
 
 from . import scoring
-from .hotsync import hot_repair, retag_state
+from .hotsync import collect_hot_garbage, hot_repair, retag_state
 from .journal import to_json
 from .models import TickRun, policy_for
 from .moves import step_hot_to_warm, step_promote, step_warm_gradient, step_warm_to_cold
@@ -179,6 +179,8 @@ def tick_run(
             tick.checkpoint(f"after:{step}")
             if fail_after_step == step:
                 raise TickInterrupted(f"fault injected after step {step!r}")
+        if tick.counts["hot_to_warm"] or tick.counts["redis_removed"]:
+            collect_hot_garbage(tenant)
         run.status = TickRun.Status.SUCCEEDED
     except BaseException as exc:
         run.status = TickRun.Status.FAILED

@@ -408,6 +408,12 @@ class HotStore:
             for _, _, fields in _entries(self._run(index, query)[0], with_scores=False)
         }
 
+    def collect_garbage(self, tenant_hex: str) -> None:
+        """Purge the tenant's removed documents from its index now. BM25 counts a removed
+        document in its statistics until RediSearch's fork GC runs (every 30 s by default), so
+        ranking right after many removals depends on when that was."""
+        self.client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", self.ensure_index(tenant_hex))
+
     def count(self, tenant_hex: str, doctype: str = keys.DOC_TURN) -> int:
         index = self.ensure_index(tenant_hex)
         expr = self._filter(tenant_hex, doctype, HotFilters(exclude_dormant=False))

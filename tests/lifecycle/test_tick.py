@@ -432,3 +432,21 @@ def test_the_task_and_the_schedules(provided, ages):
     assert schedule_ticks()["updated"] == 1
     assert Schedule.objects.get(pk=schedule.pk).minutes == 360
     assert schedule_ticks() == {"created": 0, "updated": 0, "removed": 0}
+
+
+def test_a_tick_leaves_no_removed_hot_documents_in_bm25s_statistics(provided, ages):
+    from memory_platform.redis_client import info_field
+
+    store = hot_store()
+    index = store.index_name(provided.tenant.id.hex)
+
+    def records() -> int:
+        return int(info_field(store.client.execute_command("FT.INFO", index), "num_records"))
+
+    before = records()
+    run = tick_run(tenant=provided.tenant, now=NOW, steps=["hot_to_warm"])
+    assert run.counts["hot_to_warm"] == 4
+    after = records()
+    assert after < before
+    store.client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", index)
+    assert records() == after  # the tick collected: nothing was left
