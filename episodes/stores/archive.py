@@ -26,8 +26,8 @@ from memory_platform.ttl_cache import ttl_cached
 # hnsw.max_scan_tuples (a filtered scan stops after that many rows).
 EXACT_PACKED_TURNS = 2000
 PACKED_COUNT_TTL = 60.0
-# Each full-text pass (see `search`) ranks at most this many matches: in a large tenant, and in
-# a small one (whose matches are few).
+# Each full-text pass (see `search`) ranks at most this many matches: on the approximate plan,
+# and on the exact plan (a small tenant, whose matches are few).
 TEXT_CANDIDATES = 300
 TEXT_CANDIDATES_EXACT = 1000
 # Packed turns ranked by vector, per wanted episode (several may share one episode).
@@ -41,8 +41,8 @@ _packed_count_cache: dict[str, tuple[float, Any]] = {}
 _ALL_WORDS_QUERY = "(SELECT plainto_tsquery('english', %s) AS query)"
 # ... any one of them ...
 _ANY_WORD_QUERY = (
-    "(SELECT NULLIF(array_to_string(ARRAY(SELECT quote_literal(l) FROM "
-    "unnest(tsvector_to_array(to_tsvector('english', %s))) l), ' | '), '')::tsquery AS query)"
+    "(SELECT NULLIF(string_agg(quote_literal(l), ' | '), '')::tsquery AS query "
+    "FROM unnest(tsvector_to_array(to_tsvector('english', %s))) l)"
 )
 # ... or any two of them (NULL when it has fewer than two).
 _TWO_WORDS_QUERY = (
@@ -128,8 +128,9 @@ def search(
     and complete: packed turns and episode centroids ranked by true distance, full text over
     every lexeme. Above, the approximate indexes: the partial HNSW graphs (with
     `hnsw.iterative_scan`, set for every connection), and full text over rows holding any two of
-    the query's lexemes rather than any one (see below). An HNSW graph is shared by all tenants, so a small tenant's rows are a sliver
-    of it that a filtered scan may never reach: small tenants are never searched through it.
+    the query's lexemes rather than any one (see below). An HNSW graph is shared by all tenants,
+    so a small tenant's rows are a sliver of it that a filtered scan may never reach: small
+    tenants are never searched through it.
     """
     if not filters.layers or (vector is None and not (text and text.strip())):
         return [], []

@@ -411,8 +411,9 @@ class HotStore:
     def collect_garbage(self, tenant_hex: str) -> None:
         """Purge the tenant's removed documents from its index now. BM25 counts a removed
         document in its statistics until RediSearch's fork GC runs (every 30 s by default), so
-        ranking right after many removals depends on when that was."""
-        self.client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", self.ensure_index(tenant_hex))
+        ranking right after many removals depends on when that was. (The index is not created
+        for this: without one there is nothing to collect, and Redis says so.)"""
+        self.client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", self.index_name(tenant_hex))
 
     def count(self, tenant_hex: str, doctype: str = keys.DOC_TURN) -> int:
         index = self.ensure_index(tenant_hex)

@@ -448,5 +448,5 @@ def test_a_tick_leaves_no_removed_hot_documents_in_bm25s_statistics(provided, ag
     assert run.counts["hot_to_warm"] == 4
     after = records()
     assert after < before
-    store.client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", index)
+    store.collect_garbage(provided.tenant.id.hex)
     assert records() == after  # the tick collected: nothing was left
