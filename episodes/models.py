@@ -128,7 +128,13 @@ class Episode(models.Model):
             # HNSW graph. Degraded mode (Redis down) ranks hot rows exactly: the hot tier is
             # bounded by the tenant's quota, so that is a bounded scan.
             GinIndex(fields=["search_vector"], name="episode_search_vector"),
-            GinIndex(fields=["search_vector"], name="episode_packed_search_vector", condition=_PACKED),
+            # No pending list for what every search reads (migration 0010).
+            GinIndex(
+                fields=["search_vector"],
+                name="episode_packed_search_vector",
+                condition=_PACKED,
+                fastupdate=False,
+            ),
             HnswIndex(
                 name="episode_packed_embedding_hnsw",
                 fields=["embedding"],
@@ -186,7 +192,8 @@ class Turn(models.Model):
             models.Index(fields=["episode", "seq"], name="turn_episode_seq"),
             # The turns of warm and cold episodes are searched through partial HNSW and GIN
             # indexes on a `packed` column that triggers keep equal to the episode's layer
-            # (migration 0008); the column is not on the model, so Django never writes it.
+            # (migration 0008); the column is not on the model, so Django never writes it. The GIN
+            # index keeps no pending list (migration 0010).
         ]
 
     def __str__(self) -> str:

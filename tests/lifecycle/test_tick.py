@@ -450,3 +450,17 @@ def test_a_tick_leaves_no_removed_hot_documents_in_bm25s_statistics(provided, ag
     assert after < before
     store.collect_garbage(provided.tenant.id.hex)
     assert records() == after  # the tick collected: nothing was left
+
+
+def test_packing_leaves_nothing_pending_in_the_full_text_indexes_search_reads(provided, ages):
+    # A GIN pending list is read in full by every search until it is merged (migration 0010).
+    run = tick_run(tenant=provided.tenant, now=NOW, steps=["hot_to_warm"])
+    assert run.counts["hot_to_warm"] == 4
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM episodes_turn WHERE tenant_id = %s AND packed", [provided.tenant.id]
+        )
+        assert cursor.fetchone()[0] > 0
+        for index in ("turn_packed_search_vector", "episode_packed_search_vector"):
+            cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [index])
+            assert cursor.fetchone()[0] == 0, index  # pages merged now: none were pending
