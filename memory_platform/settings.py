@@ -6,8 +6,10 @@ embedded Redis, both under ``MEMORY_VAR_DIR`` (``./var`` by default; see ``embed
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -70,6 +72,11 @@ def database_from_url(url: str) -> dict:
         parts.port  # noqa: B018 - raises ValueError on a non-numeric port
     except ValueError:
         raise ImproperlyConfigured(f"DATABASE_URL {url!r} has an invalid port") from None
+    host = parts.netloc.rpartition("@")[2]
+    if host[:3].lower() == "%2f":
+        # A Unix socket directory, percent-encoded as libpq's URLs write it
+        # (postgres://user@%2Fvar%2Frun%2Fpostgresql/db); the parser keeps it encoded and lowercased.
+        config["HOST"] = unquote(host.split(":", 1)[0])
     config["ENGINE"] = "django.db.backends.postgresql"
     return config
 
@@ -197,6 +204,9 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+# Until `collectstatic` has run (make run does), the finders serve the admin's files; WhiteNoise's
+# warning about the missing directory would only clutter every command's output.
+warnings.filterwarnings("ignore", message=f"No directory at: {re.escape(str(STATIC_ROOT))}")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DATA_UPLOAD_MAX_MEMORY_SIZE = _int("MEMORY_MAX_REQUEST_BYTES", 5 * 1024 * 1024, minimum=1024)
 

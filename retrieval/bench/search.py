@@ -20,6 +20,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import numpy as np
 from django.conf import settings
@@ -161,6 +162,17 @@ def _die_with_parent() -> None:
         pass
 
 
+def _database_url() -> str:
+    """This process's database as a URL: the configured one with the database name in use, or
+    the embedded server's socket."""
+    params = connection.settings_dict
+    name = quote(params["NAME"], safe="")
+    configured = os.environ.get("DATABASE_URL")
+    if configured:
+        return urlunsplit(urlsplit(configured)._replace(path=f"/{name}"))
+    return f"postgres://{quote(params['USER'], safe='')}@{quote(params['HOST'], safe='')}/{name}"
+
+
 class Server:
     """gunicorn on a free loopback port, with this process's settings and data directory."""
 
@@ -169,6 +181,9 @@ class Server:
         env = dict(os.environ)
         env.setdefault("SECRET_KEY", settings.SECRET_KEY)
         env["MEMORY_VAR_DIR"] = str(settings.VAR_DIR)
+        # The servers and database this process uses (under the tests, the test database).
+        env["DATABASE_URL"] = _database_url()
+        env["REDIS_URL"] = settings.REDIS_URL
         root = Path(settings.BASE_DIR)
         self.proc = subprocess.Popen(
             [

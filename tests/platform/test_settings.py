@@ -54,3 +54,27 @@ def test_a_bad_boolean_is_refused():
 def test_good_settings_load():
     result = _import_settings(DATABASE_URL="postgres://u:p@localhost:5432/db", DEBUG="1")
     assert result.returncode == 0, result.stderr
+
+
+def test_a_database_url_may_name_a_unix_socket_directory():
+    # libpq's URL form: the directory percent-encoded in place of the host, its case kept.
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings; "
+            "d = settings.DATABASES['default']; print(d['HOST'], d['NAME'], d['USER'])",
+        ],
+        cwd=ROOT,
+        env={
+            **{k: v for k, v in os.environ.items() if k not in {"REDIS_URL"}},
+            "DJANGO_SETTINGS_MODULE": "memory_platform.settings",
+            "DATABASE_URL": "postgres://app@%2FSrv%2FPg%20Sockets/memory",
+            "DEBUG": "1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[0] == "/Srv/Pg Sockets memory app"

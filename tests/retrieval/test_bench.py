@@ -1,0 +1,35 @@
+"""`bench search` end to end at a small size: the service and a real gunicorn over HTTP."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+
+from memory_platform.tenancy.models import Tenant
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_bench_search_measures_every_path_and_leaves_nothing_behind(monkeypatch):
+    # The web server it starts serves with the platform's settings (as `make run` does), on this
+    # run's database and Redis, which it is given as URLs.
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "memory_platform.settings")
+    tenants = Tenant.objects.count()
+    out = io.StringIO()
+    call_command(
+        "bench", "search", "--sizes", "300", "--queries", "10", "--json", stdout=out, stderr=io.StringIO()
+    )
+    rows = json.loads(out.getvalue())["results"]
+    assert [r["path"] for r in rows] == [
+        "service, caller vector",
+        "service, local embedding",
+        "HTTP, caller vector",
+        "HTTP, local embedding",
+    ]
+    for row in rows:
+        assert row["episodes"] == 300 and row["queries"] == 10
+        assert 0 < row["p50"] <= row["p95"] <= row["p99"]
+    assert Tenant.objects.count() == tenants  # the loaded tenant is dropped
