@@ -270,6 +270,25 @@ def test_the_broad_full_text_pass_is_any_word_when_exact_and_any_two_words_at_sc
     assert (episodes["one"] in found) is (plan == "exact")
 
 
+def test_the_all_words_pass_ranks_at_most_its_cap_of_matches(caller, monkeypatch):
+    # One uncommon word can match thousands of packed episodes: only `cap` of them are ranked.
+    from episodes.stores import archive
+
+    monkeypatch.setattr(archive, "EXACT_PACKED_TURNS", 0)
+    monkeypatch.setattr(archive, "_packed_count_cache", {})
+    monkeypatch.setattr(archive, "TEXT_CANDIDATES", 2)
+    for i in range(5):
+        pack(turns(caller, f"s{i}", [f"the greyhound ran lap {i}", "ok"])["episode_ids"][0], "warm")
+    _, text_hits = archive.search(
+        str(caller.tenant.id),
+        vector=None,
+        text="the greyhound",  # one word after the stopwords: the two-word pass has nothing
+        filters=archive.ArchiveFilters(layers=("warm",), raw_turns=False),  # the episodes' own text
+        k=10,
+    )
+    assert len(text_hits) == 2
+
+
 def test_search_reads_its_settings_from_the_tenants_policy(caller):
     from lifecycle.models import MemoryPolicy
     from memory_platform.tenancy.models import Tenant
