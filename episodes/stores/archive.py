@@ -178,12 +178,12 @@ def search(
         # arbitrary few, so its broad pass is any two words: rows sharing two of the question's
         # words are fewer and likelier its answer. (LoCoMo aged, forced onto this plan: Recall@10
         # 0.807, as on the exact plan; any word over the uncommon words only, at most 100
-        # matches, found 0.683. Same latency at 100k episodes.) The two-word pass ranks with
-        # `ts_rank`: `ts_rank_cd`'s cover search over its query, an OR of every pair, cost up to
-        # 12 ms for one question at 100k episodes, where `ts_rank` costs next to nothing. (LoCoMo
-        # aged, forced onto this plan: 0.809 with it and `hnsw.ef_search` 64, 0.807 before.)
+        # matches, found 0.683. Same latency at 100k episodes.) The broad pass ranks with
+        # `ts_rank`, not `ts_rank_cd`: the cover search over the two-word query, an OR of every
+        # pair, cost up to 12 ms for one question at 100k episodes, and over the any-word query
+        # about 10 us a row. LoCoMo aged found more with it too: 0.812 against 0.807 on the exact
+        # plan, 0.809 against 0.807 forced onto the approximate one (with ef_search 64).
         broad = _ANY_WORD_QUERY if exact else _TWO_WORDS_QUERY
-        broad_rank = "ts_rank_cd" if exact else "ts_rank"
         cap = TEXT_CANDIDATES_EXACT if exact else TEXT_CANDIDATES
         # (The all-words pass is capped too: a question whose only word that is not a stopword is
         # a common one matched 2,686 episodes at 100k, and ranking them all took 15 ms.)
@@ -195,7 +195,7 @@ def search(
         text_args.extend([text, *params, cap, k])
         if filters.raw_turns:
             # The raw turns of packed episodes, each episode by its best turn.
-            for src, query, rank in (("ta", _ALL_WORDS_QUERY, "ts_rank_cd"), ("tb", broad, broad_rank)):
+            for src, query, rank in (("ta", _ALL_WORDS_QUERY, "ts_rank_cd"), ("tb", broad, "ts_rank")):
                 text_parts.append(
                     f"(SELECT '{src}' AS src, s.episode_id AS id, max(s.rank) AS score FROM (SELECT t.episode_id, "
                     f"{rank}(t.search_vector, q.query) AS rank FROM {query} q, episodes_turn t "
@@ -206,7 +206,7 @@ def search(
                 text_args.extend([text, tenant_id, *params, cap, k])
         if shapes:
             text_parts.append(
-                f"(SELECT 'b' AS src, c.id, {broad_rank}(c.search_vector, q.query) AS score FROM {broad} q, "
+                f"(SELECT 'b' AS src, c.id, ts_rank(c.search_vector, q.query) AS score FROM {broad} q, "
                 f"LATERAL (SELECT e.id, e.search_vector FROM episodes_episode e WHERE q.query IS NOT NULL "
                 f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
             )
