@@ -185,14 +185,20 @@ def search(
         # plan, 0.809 against 0.807 forced onto the approximate one (with ef_search 64).
         broad = _ANY_WORD_QUERY if exact else _TWO_WORDS_QUERY
         cap = TEXT_CANDIDATES_EXACT if exact else TEXT_CANDIDATES
-        # (The all-words pass is capped too: a question whose only word that is not a stopword is
-        # a common one matched 2,686 episodes at 100k, and ranking them all took 15 ms.)
-        text_parts.append(
-            f"(SELECT 'a' AS src, c.id, ts_rank_cd(c.search_vector, q.query) AS score FROM {_ALL_WORDS_QUERY} q, "
-            f"LATERAL (SELECT e.id, e.search_vector FROM episodes_episode e WHERE e.search_vector @@ q.query "
-            f"AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
-        )
-        text_args.extend([text, *params, cap, k])
+        # (The all-words passes are capped too: a question whose only word that is not a stopword
+        # is a common one matched 2,686 episodes at 100k, and ranking them all took 15 ms.)
+        # The episodes' own text (summary, key points, headline): all words; the broad pass only
+        # where their shapes are searched.
+        episode_passes = [("a", _ALL_WORDS_QUERY, "ts_rank_cd")]
+        if shapes:
+            episode_passes.append(("b", broad, "ts_rank"))
+        for src, query, rank in episode_passes:
+            text_parts.append(
+                f"(SELECT '{src}' AS src, c.id, {rank}(c.search_vector, q.query) AS score FROM {query} q, "
+                f"LATERAL (SELECT e.id, e.search_vector FROM episodes_episode e WHERE q.query IS NOT NULL "
+                f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
+            )
+            text_args.extend([text, *params, cap, k])
         if filters.raw_turns:
             # The raw turns of packed episodes, each episode by its best turn.
             for src, query, rank in (("ta", _ALL_WORDS_QUERY, "ts_rank_cd"), ("tb", broad, "ts_rank")):
@@ -204,13 +210,6 @@ def search(
                     f"GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
                 )
                 text_args.extend([text, tenant_id, *params, cap, k])
-        if shapes:
-            text_parts.append(
-                f"(SELECT 'b' AS src, c.id, ts_rank(c.search_vector, q.query) AS score FROM {broad} q, "
-                f"LATERAL (SELECT e.id, e.search_vector FROM episodes_episode e WHERE q.query IS NOT NULL "
-                f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
-            )
-            text_args.extend([text, *params, cap, k])
     if vector_parts and text_parts and not connection.in_atomic_block:
         # Two statements on two connections at once: the vector half in a worker thread. Not
         # inside a transaction, whose own writes only its connection can see.

@@ -6,12 +6,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _import_settings(**env: str) -> subprocess.CompletedProcess:
+def _import_settings(code: str = "", **env: str) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG"}}
     environment.update(env)
     environment["DJANGO_SETTINGS_MODULE"] = "memory_platform.settings"
     return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
         cwd=ROOT,
         env=environment,
         capture_output=True,
@@ -58,23 +58,10 @@ def test_good_settings_load():
 
 def test_a_database_url_may_name_a_unix_socket_directory():
     # libpq's URL form: the directory percent-encoded in place of the host, its case kept.
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import django; django.setup(); from django.conf import settings; "
-            "d = settings.DATABASES['default']; print(d['HOST'], d['NAME'], d['USER'])",
-        ],
-        cwd=ROOT,
-        env={
-            **{k: v for k, v in os.environ.items() if k not in {"REDIS_URL"}},
-            "DJANGO_SETTINGS_MODULE": "memory_platform.settings",
-            "DATABASE_URL": "postgres://app@%2FSrv%2FPg%20Sockets/memory",
-            "DEBUG": "1",
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = _import_settings(
+        "from django.conf import settings; d = settings.DATABASES['default']; print(d['HOST'], d['NAME'], d['USER'])",
+        DATABASE_URL="postgres://app@%2FSrv%2FPg%20Sockets/memory",
+        DEBUG="1",
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[0] == "/Srv/Pg Sockets memory app"

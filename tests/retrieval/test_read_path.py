@@ -271,7 +271,7 @@ def test_the_broad_full_text_pass_is_any_word_when_exact_and_any_two_words_at_sc
 
 
 def test_the_all_words_pass_ranks_at_most_its_cap_of_matches(caller, monkeypatch):
-    # One uncommon word can match thousands of packed episodes: only `cap` of them are ranked.
+    # One common word can match thousands of packed episodes: only `cap` of them are ranked.
     from episodes.stores import archive
 
     monkeypatch.setattr(archive, "EXACT_PACKED_TURNS", 0)
