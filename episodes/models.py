@@ -11,9 +11,12 @@ from django.db import models
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
+from memory_platform.conf import DEFAULTS
 from memory_platform.tenancy.models import Tenant
 
-EMBEDDING_DIM = 384
+EMBEDDING_DIM = int(DEFAULTS["EMBEDDING_DIM"])
+#: The longest ``search_text`` kept (the text of the current layer's shape; hot: its turns).
+SEARCH_TEXT_LIMIT = 200_000
 
 
 class TenantQuerySet(models.QuerySet):

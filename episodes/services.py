@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 from django.db import connection, transaction
 from django.db.models import F, Max
-from django.utils.module_loading import import_string
 
 from memory_platform.conf import memory_settings
 from memory_platform.embeddings import get_embedder
@@ -24,13 +23,12 @@ from memory_platform.tenancy.models import Tenant
 
 from .extraction import extract_decisions, extract_entities
 from .indexing import _normalise, episodes_index_hot, hot_remove
-from .models import Episode, Layer, Link, LinkKind, Role, State, Turn
+from .models import SEARCH_TEXT_LIMIT, Episode, Layer, Link, LinkKind, Role, State, Turn
+from .scope import Scope
 from .segmentation import OpenEpisode, SegmentationRules, starts_new_episode
 from .stores.hot import HotUnavailable
 
 logger = logging.getLogger(__name__)
-
-SEARCH_TEXT_LIMIT = 200_000
 
 
 class EpisodeNotFound(Exception):
@@ -42,17 +40,10 @@ class ConflictError(Exception):
 
 
 @dataclass(frozen=True)
-class Scope:
-    user_id: str = ""
-    agent_id: str = ""
-    session_id: str = ""
-
-
-@dataclass(frozen=True)
 class TurnInput:
     role: str
     text: str
-    scope: Scope = Scope()
+    scope: Scope = Scope.owner()
     occurred_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     episode_boundary: bool = False
@@ -74,22 +65,6 @@ class IngestResult:
     queued: bool = False
 
 
-def rules_for(tenant: Tenant) -> SegmentationRules:
-    """The tenant's segmentation rules from its policy, through the configured hook."""
-    provider = memory_settings.SEGMENTATION_RULES
-    if provider:
-        return import_string(provider)(tenant)  # type: ignore[no-any-return]
-    return default_rules()
-
-
-def default_rules() -> SegmentationRules:
-    return SegmentationRules(
-        gap_seconds=int(memory_settings.EPISODE_GAP_SECONDS),
-        split_similarity=float(memory_settings.EPISODE_SPLIT_SIMILARITY),
-        max_turns=int(memory_settings.EPISODE_MAX_TURNS),
-    )
-
-
 def _lock_scope(tenant: Tenant, scope: Scope) -> None:
     # Serialises ingests into one session: two concurrent batches must not both open an episode
     # or hand out the same sequence numbers. Released at commit.
@@ -109,11 +84,12 @@ def turns_ingest(
     tenant: Tenant,
     turns: Sequence[TurnInput],
     now: datetime,
+    rules: SegmentationRules,
     asynchronous: bool = False,
-    rules: SegmentationRules | None = None,
 ) -> IngestResult:
-    """Append turns; durable in Postgres on return. Sync: also searchable. Async: a worker indexes."""
-    rules = rules or rules_for(tenant)
+    """Append turns; durable in Postgres on return. Sync: also searchable. Async: a worker indexes.
+
+    ``rules`` are the tenant's segmentation rules (its policy's, read by the caller)."""
     vectors: list[np.ndarray | None] = [t.vector for t in turns]
     missing = [i for i, v in enumerate(vectors) if v is None]
     embedder = get_embedder(tenant.embedder)
@@ -161,9 +137,7 @@ def _ingest_scope(
         Episode.objects.select_for_update()
         .filter(
             tenant=tenant,
-            user_id=scope.user_id,
-            agent_id=scope.agent_id,
-            session_id=scope.session_id,
+            **scope.owner_fields(),
             kind="conversation",
             layer=Layer.HOT,
             state=State.ACTIVE,
@@ -183,12 +157,7 @@ def _ingest_scope(
             Turn.objects.filter(episode=open_episode).order_by("-seq", "-id").values_list("pk", flat=True)[:1]
         )
         Turn.objects.filter(pk__in=list(last)).update(context_embedding=None)
-    last_seq = (
-        Turn.objects.filter(
-            tenant=tenant, user_id=scope.user_id, agent_id=scope.agent_id, session_id=scope.session_id
-        ).aggregate(m=Max("seq"))["m"]
-        or 0
-    )
+    last_seq = Turn.objects.filter(tenant=tenant, **scope.owner_fields()).aggregate(m=Max("seq"))["m"] or 0
     previous: Episode | None = open_episode
     for i in indices:
         turn = turns[i]
@@ -199,9 +168,7 @@ def _ingest_scope(
         ):
             episode = Episode.objects.create(
                 tenant=tenant,
-                user_id=scope.user_id,
-                agent_id=scope.agent_id,
-                session_id=scope.session_id,
+                **scope.owner_fields(),
                 kind="conversation",
                 title=_title(turn.text),
                 first_occurred_at=occurred_at,
@@ -233,9 +200,7 @@ def _ingest_scope(
                 Turn(
                     tenant=tenant,
                     episode=open_episode,
-                    user_id=scope.user_id,
-                    agent_id=scope.agent_id,
-                    session_id=scope.session_id,
+                    **scope.owner_fields(),
                     seq=last_seq,
                     role=turn.role,
                     text=turn.text,
@@ -337,7 +302,7 @@ class MemoryInput:
     tags: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     anchor: bool = False
-    scope: Scope = Scope()
+    scope: Scope = Scope.owner()
     occurred_at: datetime | None = None
     vector: np.ndarray | None = None
 
@@ -350,9 +315,7 @@ def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Epis
     with transaction.atomic():
         episode = Episode.objects.create(
             tenant=tenant,
-            user_id=memory.scope.user_id,
-            agent_id=memory.scope.agent_id,
-            session_id=memory.scope.session_id,
+            **memory.scope.owner_fields(),
             kind=memory.kind,
             title=memory.title or _title(memory.text),
             anchor=memory.anchor,
@@ -372,9 +335,7 @@ def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Epis
         Turn.objects.create(
             tenant=tenant,
             episode=episode,
-            user_id=memory.scope.user_id,
-            agent_id=memory.scope.agent_id,
-            session_id=memory.scope.session_id,
+            **memory.scope.owner_fields(),
             seq=0,
             role=Role.MEMORY,
             text=memory.text,
@@ -443,19 +404,6 @@ def episode_restore(
             forgotten_at=None,
             needs_reindex=episode.layer == Layer.HOT,
         )
-        if episode.layer == Layer.HOT:
-            _reindex_after_commit(episode.pk)
-    return episode
-
-
-def episode_set_anchor(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime) -> Episode:
-    """Pin or unpin. A pinned episode never goes cold, so pinning a cold one brings it back to hot."""
-    with transaction.atomic():
-        episode = _get_for_update(tenant, episode_id)
-        fields: dict[str, Any] = {"anchor": anchor}
-        if anchor and episode.layer == Layer.COLD:
-            fields.update(layer=Layer.HOT, restored_at=now, last_accessed_at=now, needs_reindex=True)
-        _bump(episode, **fields)
         if episode.layer == Layer.HOT:
             _reindex_after_commit(episode.pk)
     return episode

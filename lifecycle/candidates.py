@@ -10,12 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 
-from episodes.models import Episode, Layer, Link, LinkKind, State
+from episodes.models import Episode, Layer, Link, LinkKind
 from episodes.selectors import degrees
 from episodes.services import EpisodeNotFound
+from episodes.stores import rows
 from memory_platform.tenancy.models import Tenant
 
 from . import scoring
@@ -63,32 +64,11 @@ def withdraw_delete(tenant: Tenant, episode: Episode, now: datetime) -> list[int
     return ids
 
 
-def _neighbours(tenant: Tenant, ids: list[int], threshold: float) -> list[tuple[int, int, float]]:
-    """(episode, neighbour, cosine) for neighbours of the same kind at or above ``threshold``."""
-    if not ids:
-        return []
-    with transaction.atomic(), connection.cursor() as cursor:
-        # Packed episodes only: the HNSW index covers warm and cold rows (a hot episode with a low
-        # score is packed soon anyway), and iterative scan keeps it useful under the tenant and kind
-        # filters (pgvector 0.8).
-        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        cursor.execute(
-            "SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding) AS sim FROM episodes_episode a "
-            "CROSS JOIN LATERAL (SELECT c.id, c.embedding FROM episodes_episode c "
-            "  WHERE c.tenant_id = a.tenant_id AND c.kind = a.kind AND c.id <> a.id "
-            "  AND c.layer IN ('warm', 'cold') AND c.state <> %s AND c.embedding IS NOT NULL "
-            "  ORDER BY c.embedding <=> a.embedding LIMIT %s) b "
-            "WHERE a.tenant_id = %s AND a.id = ANY(%s) AND 1 - (a.embedding <=> b.embedding) >= %s",
-            [State.FORGOTTEN, MERGE_NEIGHBOURS, tenant.pk, ids, threshold],
-        )
-        return [(int(a), int(b), float(sim)) for a, b, sim in cursor.fetchall()]
-
-
 def propose_merges(t: Tick, episodes: list[Episode], scores: dict[int, tuple[float, Any]]) -> int:
     """Seed 002: low score, few links, same kind, embedding cosine >= merge_similarity."""
     policy = t.policy
     episodes = [e for e in episodes if e.layer in (Layer.WARM, Layer.COLD)]
-    degree = degrees([e.pk for e in episodes])
+    degree = degrees(t.tenant, [e.pk for e in episodes])
     low = sorted(
         (
             e
@@ -100,7 +80,10 @@ def propose_merges(t: Tick, episodes: list[Episode], scores: dict[int, tuple[flo
     by_id = {e.pk: e for e in low}
     made = 0
     for a, b, similarity in sorted(
-        _neighbours(t.tenant, list(by_id), policy.merge_similarity), key=lambda x: -x[2]
+        rows.merge_neighbours(
+            t.tenant, list(by_id), neighbours=MERGE_NEIGHBOURS, threshold=policy.merge_similarity
+        ),
+        key=lambda x: -x[2],
     ):
         score = scores[a][0]
         if not scoring.is_merge_candidate(score, policy, link_count=sum(degree[a]), similarity=similarity):

@@ -80,6 +80,13 @@ class ColdShape:
         return " ".join([self.headline, *self.tags]).strip()
 
 
+def cold_index_text(cold: ColdShape, entities: list[str]) -> str:
+    """What full text searches for a cold episode: its shape (headline and tags) plus the entity
+    list every layer keeps. The shape returned to callers stays headline and tags; the names,
+    dates and numbers are what a question about an old episode most often shares with it."""
+    return "\n".join([cold.text(), ", ".join(entities)]).strip()
+
+
 def warm_points_for_age(age_days: float, policy: Any) -> int:
     """Key points kept: warm_points_max at hot_days falling linearly to warm_points_min at cold_days."""
     high, low = policy.warm_points_max, policy.warm_points_min

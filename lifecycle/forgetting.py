@@ -8,13 +8,14 @@ code path as the real one minus `forget_apply`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 
 from episodes.models import Episode, State
+from episodes.scope import Scope
+from episodes.selectors import episodes_for
 from episodes.services import EpisodeNotFound, episode_forget
 from episodes.stores.hot import HotUnavailable, hot_store
 from memory_platform.tenancy.models import Tenant
@@ -24,35 +25,11 @@ from .journal import journal_record
 from .models import TickRun, policy_for
 
 
-@dataclass(frozen=True)
-class ForgetFilters:
-    kind: str | None = None
-    user_id: str | None = None
-    agent_id: str | None = None
-    session_id: str | None = None
-    tags: tuple[str, ...] = ()
-    layer: str | None = None
-    older_than: datetime | None = None
-    anchor: bool | None = None
-
-    def is_empty(self) -> bool:
-        return self == ForgetFilters()
-
-
 def forget_select(
-    *, tenant: Tenant, filters: ForgetFilters, retrievability_below: float | None, now: datetime
+    *, tenant: Tenant, scope: Scope, retrievability_below: float | None, now: datetime
 ) -> list[int]:
-    """Ids of the tenant's visible episodes the request names, oldest first. Reads only."""
-    qs = Episode.objects.visible().filter(tenant=tenant)
-    for name in ("kind", "user_id", "agent_id", "session_id", "layer", "anchor"):
-        value = getattr(filters, name)
-        if value is not None:
-            qs = qs.filter(**{name: value})
-    if filters.tags:
-        qs = qs.filter(tags__contains=list(filters.tags))
-    if filters.older_than is not None:
-        qs = qs.filter(last_occurred_at__lt=filters.older_than)
-    qs = qs.order_by("last_occurred_at", "pk")
+    """Ids of the tenant's visible episodes in ``scope``, oldest first. Reads only."""
+    qs = episodes_for(tenant, scope.replace(states=scope.visible_states)).order_by("last_occurred_at", "pk")
     if retrievability_below is None:
         return list(qs.values_list("pk", flat=True))
     policy = policy_for(tenant)

@@ -13,10 +13,9 @@ from typing import Any
 from django.db import models
 from django.utils.dateparse import parse_datetime
 
-from episodes.models import Episode, Layer
+from episodes.models import Episode
 from memory_platform.tenancy.models import Tenant
 
-from .compression import ColdShape, WarmShape
 from .models import JournalEntry, TickRun
 
 #: The episode fields a layer move may change; a move's "before" holds all of them, so a rollback
@@ -67,24 +66,6 @@ def snapshot(episode: Episode, fields: Iterable[str] = CONTENT_FIELDS) -> dict[s
     return {name: to_json(getattr(episode, name)) for name in fields}
 
 
-def cold_index_text(cold: ColdShape, entities: list[str]) -> str:
-    """What full text searches for a cold episode: its shape (headline and tags) plus the entity
-    list every layer keeps. The shape returned to callers stays headline and tags; the names,
-    dates and numbers are what a question about an old episode most often shares with it."""
-    return "\n".join([cold.text(), ", ".join(entities)]).strip()
-
-
-def packed_search_text(episode: Episode, layer: str) -> str:
-    """The search text of a packed layer, rebuilt from the packed copy the episode keeps."""
-    if layer == Layer.WARM:
-        return WarmShape(
-            episode.summary, list(episode.key_points), list(episode.entities), list(episode.decisions)
-        ).text()
-    if layer == Layer.COLD:
-        return cold_index_text(ColdShape(episode.headline, list(episode.keywords)), list(episode.entities))
-    return "\n".join(episode.turns.order_by("seq", "id").values_list("text", flat=True))
-
-
 def journal_record(
     *,
     tenant: Tenant,
@@ -99,15 +80,6 @@ def journal_record(
 ) -> JournalEntry:
     """Write one journal entry. Call it inside the transaction that makes the change, so the
     change and its record commit (or vanish) together."""
-    before = dict(before)
-    if action == "unpack" and episode is not None and "search_text" not in before:
-        # The read path journals only the layer it unpacked from, after changing the episode; the
-        # packed copy is still on the row, so the rest of the "before" can be rebuilt from it.
-        previous = before.get("layer", Layer.WARM)
-        before.update(
-            search_text=packed_search_text(episode, previous),
-            needs_reindex=False,
-        )
     return JournalEntry.objects.create(
         tenant=tenant,
         created_at=now,
@@ -115,7 +87,7 @@ def journal_record(
         actor=actor or ("tick" if tick_run is not None else "api"),
         episode=episode,
         episode_id_value=episode.pk if episode is not None else episode_id,
-        before=to_json(before),
+        before=to_json(dict(before)),
         after=to_json(dict(after)),
         tick_run=tick_run,
     )

@@ -1,8 +1,8 @@
-"""The layer moves of a tick (DESIGN §4 steps 2-5 and the upward migration of seed 001).
+"""The tick's layer decisions (DESIGN §4 steps 2-5 and the upward migration of seed 001): which
+episodes move, and what they pack into. The moves themselves are ``transitions``'.
 
-Each move reads the episode at version v, compresses it with no lock held, then writes it in its own
-transaction only if it is still at version v; the journal entry commits with it, and Redis follows
-after the commit (the hot documents leave on the way down, come back on the way up).
+Each episode is read at version v and compressed with no lock held; the transition then writes it
+only if it is still at version v.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from django.db.models import F
 
 from episodes.models import Episode, Layer, State
 
-from . import scoring
+from . import scoring, transitions
 from .compression import ColdShape, WarmShape, warm_points_for_age
-from .hotsync import hot_remove_packed, sync_episode
-from .journal import cold_index_text, snapshot
+from .journal import snapshot
 from .models import AccessWindow
-from .tick_context import SEARCH_TEXT_LIMIT, Tick, TickInterrupted, days_between
+from .tick_context import Tick, TickInterrupted, days_between
 
 #: Windows of unused packed episodes slide forward at most once a day (an UPDATE per window per day).
 WINDOW_SLIDE = timedelta(days=1)
@@ -83,23 +82,11 @@ def step_promote(t: Tick) -> None:
 
 
 def _promote(t: Tick, episode: Episode, gained: int) -> None:
-    turns_text = "\n".join(episode.turns.order_by("seq", "id").values_list("text", flat=True))
-    t.checkpoint(f"compressed:{episode.pk}")
-    with transaction.atomic():
-        before = snapshot(episode)
-        fields = {
-            "layer": Layer.HOT,
-            "restored_at": t.now,
-            "search_text": turns_text[:SEARCH_TEXT_LIMIT],
-            "needs_reindex": True,
-        }
-        if not t.write(episode, episode.layer, **fields):
-            return
-        AccessWindow.objects.filter(episode=episode).delete()
-        after = {"layer": Layer.HOT, "restored_at": t.now, "reason": "repeated_use", "accesses": gained}
-        t.journal(episode, "promote", before, after)
-        t.counts[f"{episode.layer}_to_hot"] += 1
-        transaction.on_commit(lambda: sync_episode(episode.pk))
+    previous = episode.layer
+    if transitions.promote(episode, reason="use", move=t.move, note={"accesses": gained}):
+        t.counts[f"{previous}_to_hot"] += 1
+    else:
+        t.counts["abandoned"] += 1
 
 
 def _hot_evictions(t: Tick, hot: list[Episode], scores: dict[int, tuple[float, Any]]) -> dict[int, str]:
@@ -145,50 +132,38 @@ def step_hot_to_warm(t: Tick) -> None:
             t.error("hot_to_warm", episode_id, exc)
 
 
-def _demote_to_warm(t: Tick, episode: Episode, reason: str) -> None:
+def warm_shape(episode: Episode, summariser: Any, policy: Any, now: datetime) -> WarmShape:
+    """What a hot episode packs into: the summariser's summary and key points, as many points as
+    its idle time allows (the warm gradient), entities and decisions kept whole (seed 003 F3):
+    what ingest found plus what the summariser found."""
     turns = list(episode.turns.order_by("seq", "id").only("text", "embedding"))
     vectors = None
     if turns and all(turn.embedding is not None for turn in turns):
         vectors = np.stack([np.asarray(turn.embedding, dtype=np.float32) for turn in turns])
-    shape = t.summariser.warm([turn.text for turn in turns], embeddings=vectors)
-    idle = days_between(t.now, episode.last_accessed_at)
-    shape = shape.with_points(warm_points_for_age(idle, t.policy))
-    # Entities and decisions are kept whole (seed 003 F3): what ingest found plus what the summariser found.
-    warm = WarmShape(
+    shape = summariser.warm([turn.text for turn in turns], embeddings=vectors)
+    shape = shape.with_points(warm_points_for_age(days_between(now, episode.last_accessed_at), policy))
+    return WarmShape(
         shape.summary,
         shape.key_points,
         _merge(episode.entities, shape.entities),
         _merge(episode.decisions, shape.decisions),
+        shape.source,
     )
-    t.checkpoint(f"compressed:{episode.pk}")
-    with transaction.atomic():
-        before = snapshot(episode)
-        fields = {
-            "layer": Layer.WARM,
-            "summary": warm.summary,
-            "key_points": warm.key_points,
-            "entities": warm.entities,
-            "decisions": warm.decisions,
-            "search_text": warm.text()[:SEARCH_TEXT_LIMIT],
-            "packed_chars": warm.chars,
-            # Redis still holds its documents until the removal after commit succeeds.
-            "needs_reindex": True,
-        }
-        if not t.write(episode, Layer.HOT, **fields):
-            return
-        AccessWindow.objects.update_or_create(
-            episode=episode,
-            defaults={"tenant": t.tenant, "started_at": t.now, "access_count_at_start": episode.access_count},
-        )
-        after = {k: fields[k] for k in ("layer", "summary", "key_points", "packed_chars")}
-        t.journal(episode, "hot_to_warm", before, {**after, "reason": reason, "source": shape.source})
+
+
+def cold_shape(episode: Episode, summariser: Any) -> ColdShape:
+    """What a warm episode packs into: a headline and tags from its warm shape."""
+    return summariser.cold(
+        WarmShape(episode.summary, episode.key_points, episode.entities, episode.decisions)
+    )
+
+
+def _demote_to_warm(t: Tick, episode: Episode, reason: str) -> None:
+    warm = warm_shape(episode, t.summariser, t.policy, t.now)
+    if transitions.demote_to_warm(episode, warm, move=t.move, reason=reason, source=warm.source):
         t.counts["hot_to_warm"] += 1
-
-        def leave_hot() -> None:
-            t.checkpoint(f"moved:{episode.pk}")
-            hot_remove_packed(episode)
-
-        transaction.on_commit(leave_hot)
+    else:
+        t.counts["abandoned"] += 1
 
 
 def step_warm_gradient(t: Tick) -> None:
@@ -228,26 +203,7 @@ def step_warm_to_cold(t: Tick) -> None:
 
 
 def _demote_to_cold(t: Tick, episode: Episode) -> None:
-    cold = t.summariser.cold(
-        WarmShape(episode.summary, episode.key_points, episode.entities, episode.decisions)
-    )
-    t.checkpoint(f"compressed:{episode.pk}")
-    with transaction.atomic():
-        before = snapshot(episode)
-        # The warm copy (summary, key points) stays on the row: unpacking and rollback need nothing else.
-        packed = ColdShape(cold.headline[:200], [tag[:100] for tag in cold.tags], cold.source)
-        fields = {
-            "layer": Layer.COLD,
-            "headline": packed.headline,
-            "keywords": packed.tags,
-            "search_text": cold_index_text(packed, list(episode.entities)),
-            "packed_chars": packed.chars,
-        }
-        if t.write(episode, Layer.WARM, **fields):
-            t.journal(
-                episode,
-                "warm_to_cold",
-                before,
-                {**{k: v for k, v in fields.items() if k != "search_text"}, "source": cold.source},
-            )
-            t.counts["warm_to_cold"] += 1
+    if transitions.demote_to_cold(episode, cold_shape(episode, t.summariser), move=t.move):
+        t.counts["warm_to_cold"] += 1
+    else:
+        t.counts["abandoned"] += 1

@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 
 from episodes.models import Episode, Link
 
+from . import transitions
 from .hotsync import sync_episode
 from .journal import RESTORABLE_FIELDS, from_json, journal_record
 from .models import Candidate, JournalEntry
@@ -47,7 +47,7 @@ def _rollback(entry: JournalEntry, now: datetime, actor: str) -> list[JournalEnt
         raise RollbackError(f"a {entry.action!r} cannot be rolled back")
     if entry.episode_id is None:
         raise RollbackError(f"episode #{entry.episode_id_value} no longer exists (purged)")
-    episode = Episode.objects.select_for_update().get(pk=entry.episode_id)
+    episode = Episode.objects.select_for_update().get(tenant=entry.tenant, pk=entry.episode_id)
     later = list(
         JournalEntry.objects.select_for_update()
         .filter(episode_id=episode.pk, rolled_back_at__isnull=True, pk__gt=entry.pk)
@@ -79,9 +79,8 @@ def _undo(entry: JournalEntry, episode: Episode) -> None:
     fields = {
         name: from_json(name, value) for name, value in entry.before.items() if name in RESTORABLE_FIELDS
     }
-    if fields:
-        # The version moves on: a migration that read the episode before the rollback abandons.
-        Episode.objects.filter(pk=episode.pk).update(version=F("version") + 1, **fields)
+    # The version moves on: a migration that read the episode before the rollback abandons.
+    transitions.revert(episode, fields, on_commit_sync=False)
     after = entry.after or {}
     for src, dst, kind in after.get("links_created", []):
         Link.objects.filter(tenant=entry.tenant, src_id=src, dst_id=dst, kind=kind).delete()

@@ -230,6 +230,9 @@ def adr_should_archive(
 
 # --- seed 003: priority -----------------------------------------------------------------------
 
+#: The priority is bounded to [0, 1] whatever the policy's weights.
+PRIORITY_MAX = 1.0
+
 
 def priority_terms(
     stats: EpisodeStats, policy: Policy, now: datetime, relevance: float | None = None
@@ -249,7 +252,7 @@ def priority_terms(
 
 def priority(stats: EpisodeStats, policy: Policy, now: datetime, relevance: float | None = None) -> float:
     """recency (0-0.3) + frequency (0-0.2) + anchor (0.3) + relevance (0-0.2), bounded to [0, 1]."""
-    return min(1.0, max(0.0, sum(priority_terms(stats, policy, now, relevance).values())))
+    return min(PRIORITY_MAX, max(0.0, sum(priority_terms(stats, policy, now, relevance).values())))
 
 
 def priority_layer(

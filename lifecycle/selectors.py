@@ -1,5 +1,5 @@
-"""Reads of the tenant's policy for the layers to the left (ingest reads its segmentation rules
-through the ``MEMORY["SEGMENTATION_RULES"]`` hook, so episodes never imports lifecycle)."""
+"""Reads of the tenant's policy for the callers of the layers below and above: ingest's
+segmentation rules (passed to ``episodes.services.turns_ingest`` as data), the read path's settings."""
 
 from __future__ import annotations
 
@@ -25,13 +25,20 @@ def segmentation_rules(tenant: Tenant) -> SegmentationRules:
 
 
 class SearchSettings(NamedTuple):
-    """What the read path needs of the policy (seed 004 fusion, seed 000 activation)."""
+    """What the read path needs of the policy: seed 004 fusion, seed 000 activation, and the
+    seed 003 priority's terms (a policy to ``scoring.priority``)."""
 
     rrf_vector_weight: float
     rrf_text_weight: float
     rrf_k: int
     search_packed_turns: bool
     activation_limit: int
+    priority_recency_weight: float
+    priority_frequency_weight: float
+    priority_anchor_weight: float
+    priority_relevance_weight: float
+    priority_recency_days: float
+    priority_frequency_cap: int
 
 
 @functools.cache
@@ -43,11 +50,11 @@ def _search_settings_query() -> str:
 
 
 def search_settings(tenant: Tenant) -> SearchSettings:
-    """Five columns of the tenant's policy: every search reads them, so not the whole policy
-    (building the policy object costs more than the statement); the policy is created with its
-    defaults on first use."""
+    """The columns of the tenant's policy every search reads, not the whole policy (building the
+    policy object costs more than the statement); the policy is created with its defaults on
+    first use."""
     row = db.fetch_one(_search_settings_query(), [tenant.pk])
     if row is None:
         policy = policy_for(tenant)
         row = tuple(getattr(policy, name) for name in SearchSettings._fields)
-    return SearchSettings(float(row[0]), float(row[1]), int(row[2]), bool(row[3]), int(row[4]))
+    return SearchSettings(*row)

@@ -11,13 +11,18 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import F
 
-from episodes.models import Episode
+from episodes.models import Episode, Layer, State
+from episodes.services import ConflictError, EpisodeNotFound
 from memory_platform.tenancy.models import Tenant
 
-from . import scoring
+from . import moves, scoring, transitions
 from .candidates import CandidateError, candidate_approve, candidate_reject
-from .forgetting import ForgetFilters, forget_apply, forget_journaled, forget_select, purge_forgotten
+from .compression import get_summariser
+from .forgetting import forget_apply, forget_journaled, forget_select, purge_forgotten
+from .hotsync import sync_episode
+from .journal import journal_record
 from .models import policy_for
 from .rollback import RollbackError, rollback_journal_entry
 from .tick import STEPS, TickInterrupted, tick_run
@@ -25,11 +30,13 @@ from .tick import STEPS, TickInterrupted, tick_run
 __all__ = [
     "STEPS",
     "CandidateError",
-    "ForgetFilters",
     "RollbackError",
     "TickInterrupted",
     "candidate_approve",
     "candidate_reject",
+    "episode_pack",
+    "episode_pin",
+    "episode_unpack",
     "feedback_review",
     "forget_apply",
     "forget_journaled",
@@ -60,3 +67,79 @@ def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int
             )
             reviewed += 1
     return reviewed
+
+
+def _locked(tenant: Tenant, episode_id: int) -> Episode:
+    episode = (
+        Episode.objects.select_for_update()
+        .filter(tenant=tenant, pk=episode_id)
+        .exclude(state=State.FORGOTTEN)
+        .select_related("tenant")
+        .first()
+    )
+    if episode is None:
+        raise EpisodeNotFound(episode_id)
+    return episode
+
+
+def episode_pin(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime, actor: str) -> Episode:
+    """Pin or unpin, journaled. A pinned episode never goes cold (seed 003 §4.6), so pinning a cold
+    one brings it back to hot in the same move."""
+    with transaction.atomic():
+        episode = _locked(tenant, episode_id)
+        if episode.anchor != anchor:
+            if anchor and episode.layer == Layer.COLD:
+                move = transitions.Move(now=now, actor=actor)
+                transitions.promote(episode, reason="pin", move=move, also={"anchor": True})
+            else:
+                Episode.objects.filter(tenant=tenant, pk=episode.pk).update(
+                    anchor=anchor, version=F("version") + 1
+                )
+                journal_record(
+                    tenant=tenant,
+                    episode=episode,
+                    action="anchor",
+                    before={"anchor": episode.anchor},
+                    after={"anchor": anchor},
+                    now=now,
+                    actor=actor,
+                )
+                if episode.layer == Layer.HOT:  # its documents carry the anchor tag
+                    transaction.on_commit(lambda: sync_episode(episode.pk))
+    episode.refresh_from_db()
+    return episode
+
+
+def episode_unpack(*, tenant: Tenant, episode_id: int, now: datetime, actor: str) -> tuple[Episode, str]:
+    """Back to hot, whole (seed 001 re-actualisation); returns the episode and the layer it left.
+    An episode already hot stays as it is."""
+    with transaction.atomic():
+        episode = _locked(tenant, episode_id)
+        previous = episode.layer
+        if previous != Layer.HOT:
+            transitions.promote(episode, reason="unpack", move=transitions.Move(now=now, actor=actor))
+    return episode, previous
+
+
+def episode_pack(*, tenant: Tenant, episode_id: int, layer: str, now: datetime, actor: str) -> Episode:
+    """An operator packs an episode now, as the tick would: hot -> warm, and on to cold when
+    ``layer`` is cold. Raises ConflictError when the move is not possible or the episode was
+    touched while it was being compressed."""
+    if layer not in (Layer.WARM, Layer.COLD):
+        raise ValueError(f"an episode is packed to warm or cold, not {layer!r}")
+    episode = Episode.objects.visible().filter(tenant=tenant, pk=episode_id).select_related("tenant").first()
+    if episode is None:
+        raise EpisodeNotFound(episode_id)
+    if layer == Layer.COLD and episode.anchor:
+        raise ConflictError("an anchor never goes cold; unpin it first")
+    policy = policy_for(tenant)
+    summariser = get_summariser(policy)
+    move = transitions.Move(now=now, actor=actor)
+    if episode.layer == Layer.HOT:
+        warm = moves.warm_shape(episode, summariser, policy, now)
+        if not transitions.demote_to_warm(episode, warm, move=move, reason="operator", source=warm.source):
+            raise ConflictError("the episode changed while it was being packed; try again")
+    cold = layer == Layer.COLD and episode.layer == Layer.WARM
+    if cold and not transitions.demote_to_cold(episode, moves.cold_shape(episode, summariser), move=move):
+        raise ConflictError("the episode changed while it was being packed; try again")
+    return episode

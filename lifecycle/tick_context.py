@@ -11,20 +11,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F
-
 from episodes.models import Episode, State
 from episodes.selectors import degrees
 from memory_platform.tenancy.models import Tenant
 
-from . import scoring
+from . import scoring, transitions
 from .compression import get_summariser
 from .journal import journal_record
 from .models import MemoryPolicy, TickRun
 
 logger = logging.getLogger(__name__)
 
-SEARCH_TEXT_LIMIT = 200_000
 #: A tick lists every episode of the tenant several times; the content columns stay in the table
 #: (a move reads its episode whole, again, at the version it decided on).
 LISTING_DEFERRED = (
@@ -62,6 +59,7 @@ class Tick:
 
     def __post_init__(self) -> None:
         self.summariser = get_summariser(self.policy)
+        self.move = transitions.Move(now=self.now, actor="tick", tick_run=self.run, checkpoint=self.hook)
 
     # --- bookkeeping ---------------------------------------------------------------------------
     def checkpoint(self, label: str) -> None:
@@ -94,7 +92,7 @@ class Tick:
 
     def scored(self, episodes: list[Episode]) -> dict[int, tuple[float, scoring.EpisodeStats]]:
         """Scores are computed here, every tick, and never stored (seed 002 safety rule)."""
-        degree = degrees([e.pk for e in episodes])
+        degree = degrees(self.tenant, [e.pk for e in episodes])
         out = {}
         for e in episodes:
             stats = scoring.EpisodeStats.from_episode(e, *degree.get(e.pk, (0, 0)))
@@ -110,12 +108,8 @@ class Tick:
         return episode
 
     def write(self, episode: Episode, expected_layer: str, **fields: Any) -> bool:
-        """The optimistic write: only if nobody touched the episode since it was read."""
-        updated = (
-            Episode.objects.filter(pk=episode.pk, version=episode.version, layer=expected_layer)
-            .exclude(state=State.FORGOTTEN)
-            .update(version=F("version") + 1, **fields)
-        )
-        if not updated:
+        """A change that keeps the layer, only if nobody touched the episode since it was read."""
+        written = transitions.write_if_unchanged(episode, expected_layer, **fields)
+        if not written:
             self.counts["abandoned"] += 1
-        return bool(updated)
+        return written

@@ -21,8 +21,6 @@ DEFAULTS: dict[str, Any] = {
     "MAX_BATCH_TURNS": 500,
     "MAX_METADATA_BYTES": 16_384,
     "MAX_SCOPE_CHARS": 200,
-    # where ingest reads a tenant's segmentation rules (the lifecycle policy); None: the defaults below
-    "SEGMENTATION_RULES": "lifecycle.selectors.segmentation_rules",
     # segmentation (DESIGN §3)
     "EPISODE_GAP_SECONDS": 30 * 60,
     "EPISODE_SPLIT_SIMILARITY": 0.10,
@@ -32,6 +30,8 @@ DEFAULTS: dict[str, Any] = {
     "RRF_TEXT_WEIGHT": 0.3,
     "RRF_K": 60,
     "SEARCH_CANDIDATES": 50,
+    # how much the seed-003 priority moves a hit, as a share of its relevance (retrieval.ranking)
+    "SEARCH_PRIORITY_SHARE": 0.15,
     # the hot KNN query moved towards the best BM25 hits (pseudo-relevance feedback); 0 docs: off
     "SEARCH_FEEDBACK_DOCS": 3,
     "SEARCH_FEEDBACK_WEIGHT": 0.5,

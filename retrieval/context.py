@@ -6,13 +6,14 @@ import math
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
-
+from episodes import shapes
 from episodes.models import Episode, Layer, Link, LinkKind, State
+from episodes.scope import Scope
+from episodes.stores.rows import turns_for
 from memory_platform.tenancy.models import Tenant
 
-from .query import SearchQuery
-from .services import Hit, TurnRow, record_access, search, turns_for
+from .query import DEFAULT_SCOPE, SearchQuery
+from .services import Hit, record_access, search
 
 
 def estimate_tokens(text: str) -> int:
@@ -49,66 +50,49 @@ def context(
         lines.append(text)
         return True
 
-    scope_q = Q()
-    if user_id is not None:
-        scope_q &= Q(user_id=user_id)
+    episodes = Episode.objects.for_tenant(tenant)
     anchors = list(
-        Episode.objects.for_tenant(tenant)
-        .filter(scope_q, anchor=True, state=State.ACTIVE)
-        .order_by("-last_accessed_at")[:50]
+        episodes.filter(Scope(user_id=user_id, anchor=True, states=(State.ACTIVE,)).q()).order_by(
+            "-last_accessed_at"
+        )[:50]
     )
     session_eps: list[Episode] = []
     if session_id:
-        session_eps = list(
-            Episode.objects.for_tenant(tenant)
-            .filter(session_id=session_id, layer=Layer.HOT, state=State.ACTIVE)
-            .order_by("-last_occurred_at")[:20]
-        )
+        session_scope = Scope(session_id=session_id, layers=(Layer.HOT,), states=(State.ACTIVE,))
+        session_eps = list(episodes.filter(session_scope.q()).order_by("-last_occurred_at")[:20])
     relevant: list[Hit] = []
     if query_text.strip():
         relevant = search(
             tenant=tenant,
-            query=SearchQuery(text=query_text, user_id=user_id, agent_id=agent_id, limit=limit),
+            query=SearchQuery(
+                text=query_text, scope=DEFAULT_SCOPE.replace(user_id=user_id, agent_id=agent_id), limit=limit
+            ),
             now=now,
         ).hits
     ids = [e.pk for e in anchors + session_eps] + [h.episode.pk for h in relevant]
     # What the relevant memories link to comes last, if the budget allows: following a link is a
     # traversal (seed 002), not an access.
     linked_ids = linked_from(tenant=tenant, episode_ids=[h.episode.pk for h in relevant], exclude=set(ids))
-    linked = list(Episode.objects.filter(tenant=tenant, pk__in=linked_ids))
+    linked = list(episodes.filter(pk__in=linked_ids))
     ids += [e.pk for e in linked]
-    turns = turns_for(ids, full=set(ids))
+    turns = turns_for(tenant, ids, full=set(ids))
     for episode in anchors:
-        add("anchors", episode, _render(episode, turns.get(episode.pk, [])), {})
+        add("anchors", episode, shapes.prompt_line(episode, turns.get(episode.pk, [])), {})
     for episode in session_eps:
-        add("session", episode, _render(episode, turns.get(episode.pk, [])), {})
+        add("session", episode, shapes.prompt_line(episode, turns.get(episode.pk, [])), {})
     for hit in relevant:
         add(
             "relevant",
             hit.episode,
-            _render(hit.episode, turns.get(hit.episode.pk, []), hit.matched),
+            shapes.prompt_line(hit.episode, turns.get(hit.episode.pk, []), hit.matched),
             {"score": round(hit.score, 6)},
         )
     for episode in linked:
-        add("linked", episode, _render(episode, turns.get(episode.pk, [])), {})
+        add("linked", episode, shapes.prompt_line(episode, turns.get(episode.pk, [])), {})
     traversed = sorted(e.pk for e in linked if e.pk in seen)
     record_access(tenant=tenant, episode_ids=sorted(seen - set(traversed)), traversed=traversed, now=now)
     text = _render_text(sections)
     return {"sections": sections, "text": text, "tokens": used, "max_tokens": max_tokens}
-
-
-def _render(episode: Episode, turns: list[TurnRow], matched: list[tuple[int, float]] | None = None) -> str:
-    when = episode.last_occurred_at.date().isoformat()
-    if episode.layer == Layer.WARM:
-        points = "; ".join(episode.key_points) or episode.summary
-        return f"[{when}] {episode.title}: {points}"
-    if episode.layer == Layer.COLD:
-        return f"[{when}] {episode.headline or episode.title}"
-    if matched and len(turns) > 6:
-        wanted = {t for t, _ in matched[:4]}
-        turns = [t for t in turns if t.pk in wanted]
-    body = " ".join(f"{t.role}: {t.text}" for t in turns)
-    return f"[{when}] {body}"
 
 
 def _render_text(sections: dict[str, list[dict[str, Any]]]) -> str:

@@ -1,62 +1,78 @@
-"""Ranking candidates: relevance (fused RRF) moved by the seed-003 priority.
+"""How search is ranked: each tier's lists fused by weighted RRF (``fusion``), grouped by episode,
+then moved by the seed-003 priority of the tenant's policy (``lifecycle.scoring.priority``).
 
-Ranking reads five columns of each candidate, and only of those that can still reach the top.
+score = relevance × (1 + share × priority), where relevance is the episode's best fused score and
+priority (recency, frequency, anchor, and relevance itself, each up to its policy weight) is in
+[0, 1]: relevance stays first, and the priority moves a hit by at most ``share`` of itself.
+
+Ranking reads a few columns of each candidate, and only of those that can still reach the top.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any
 
-from episodes.models import Episode, State
+from episodes.models import Episode
+from episodes.stores import rows
 from episodes.stores.hot import Feedback
-from memory_platform import db
+from lifecycle import scoring
+from memory_platform.conf import memory_settings
 from memory_platform.tenancy.models import Tenant
 
 
 @dataclass(frozen=True)
 class RetrievalWeights:
-    vector: float = 0.7
-    text: float = 0.3
-    k: int = 60
-    #: How much the seed-003 priority (recency, frequency, anchor) moves a hit, relative to
-    #: its relevance; relevance stays first.
-    priority: float = 0.15
-    candidates: int = 50
-    #: Pseudo-relevance feedback of the hot KNN query (``docs`` 0: none).
-    feedback: Feedback = Feedback()
+    """The fusion of a search: list weights and RRF k (seed 004), the priority's share, how many
+    candidates each list gives, and the hot KNN query's pseudo-relevance feedback."""
+
+    vector: float
+    text: float
+    k: int
+    priority: float
+    candidates: int
+    feedback: Feedback
 
 
-class RankRow(NamedTuple):
-    pk: int
-    layer: str
-    anchor: bool
-    access_count: int
-    last_accessed_at: datetime
+def platform_weights() -> RetrievalWeights:
+    """The platform's fusion settings (``MEMORY``), before any tenant's policy."""
+    return RetrievalWeights(
+        vector=float(memory_settings.RRF_VECTOR_WEIGHT),
+        text=float(memory_settings.RRF_TEXT_WEIGHT),
+        k=int(memory_settings.RRF_K),
+        priority=float(memory_settings.SEARCH_PRIORITY_SHARE),
+        candidates=int(memory_settings.SEARCH_CANDIDATES),
+        feedback=Feedback(
+            docs=int(memory_settings.SEARCH_FEEDBACK_DOCS),
+            weight=float(memory_settings.SEARCH_FEEDBACK_WEIGHT),
+        ),
+    )
 
 
-# The seed-003 priority: recency, frequency, anchor and relevance, each up to its weight.
-RECENCY_WEIGHT = 0.3
-FREQUENCY_WEIGHT = 0.2
-ANCHOR_WEIGHT = 0.3
-RELEVANCE_WEIGHT = 0.2
-MAX_PRIORITY = RECENCY_WEIGHT + FREQUENCY_WEIGHT + ANCHOR_WEIGHT + RELEVANCE_WEIGHT
+def stats_of(row: rows.RankRow | Episode) -> scoring.EpisodeStats:
+    """What the priority reads of a candidate."""
+    return scoring.EpisodeStats(
+        created_at=row.created_at,
+        first_occurred_at=row.first_occurred_at,
+        access_count=row.access_count,
+        last_accessed_at=row.last_accessed_at,
+        anchor=bool(row.anchor),
+    )
 
 
 def rank_candidates(
     tenant: Tenant, relevance: dict[int, float], limit: int, weights: RetrievalWeights
-) -> dict[int, RankRow]:
+) -> dict[int, rows.RankRow]:
     """The candidates that can still reach the top ``limit``, with what ranking reads.
 
-    The priority lifts a score by at most ``1 + weights.priority * MAX_PRIORITY``, so a candidate
-    below the limit-th relevance divided by that factor cannot overtake it: it is never read.
-    (Forgotten candidates drop out here; the bar is then lowered and more are read.)
+    The priority lifts a score by at most ``1 + weights.priority * scoring.PRIORITY_MAX``, so a
+    candidate below the limit-th relevance divided by that factor cannot overtake it: it is never
+    read. (Forgotten candidates drop out here; the bar is then lowered and more are read.)
     """
     order = sorted(relevance, key=lambda pk: -relevance[pk])
-    lift = 1.0 + weights.priority * MAX_PRIORITY
-    ranked: dict[int, RankRow] = {}
+    lift = 1.0 + weights.priority * scoring.PRIORITY_MAX
+    ranked: dict[int, rows.RankRow] = {}
     position = 0
     while position < len(order):
         usable = sorted((relevance[pk] for pk in ranked), reverse=True)
@@ -71,46 +87,30 @@ def rank_candidates(
             end += 1
         if end == position:
             break
-        ranked.update((row.pk, row) for row in rank_rows(tenant, order[position:end]))
+        ranked.update((row.pk, row) for row in rows.rank_rows(tenant, order[position:end]))
         position = end
     return ranked
 
 
-def rank_rows(tenant: Tenant, episode_ids: list[int]) -> list[RankRow]:
-    """What ranking reads of each candidate, in one statement with the ids as one array."""
-    if not episode_ids:
-        return []
-    rows = db.fetch(
-        "SELECT id, layer, anchor, access_count, last_accessed_at FROM episodes_episode "
-        "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
-        [tenant.id, episode_ids, State.FORGOTTEN.value],
-    )
-    return [RankRow(*row) for row in rows]
-
-
-def priority_parts(episode: Episode | RankRow, now: datetime) -> dict[str, float]:
-    """Seed 003's priority without its relevance term: recency, frequency, anchor."""
-    idle_days = max(0.0, (now - episode.last_accessed_at).total_seconds() / 86400)
-    recency = RECENCY_WEIGHT * math.exp(-idle_days / 30.0)
-    frequency = FREQUENCY_WEIGHT * min(1.0, math.log1p(episode.access_count) / math.log1p(50))
-    anchor = ANCHOR_WEIGHT if episode.anchor else 0.0
-    return {"recency": recency, "frequency": frequency, "anchor": anchor}
-
-
 def rerank(
-    ranked: dict[int, RankRow], relevance: dict[int, float], weights: RetrievalWeights, now: datetime
+    ranked: dict[int, rows.RankRow],
+    relevance: dict[int, float],
+    weights: RetrievalWeights,
+    policy: Any,
+    now: datetime,
 ) -> list[tuple[int, float, dict[str, float]]]:
-    """(episode id, score, score parts), best first: relevance moved by the seed-003 priority."""
+    """(episode id, score, score parts), best first: relevance moved by the tenant's priority."""
     if not relevance:
         return []
     top = max(relevance.values()) or 1.0
     out = []
     for episode_id, row in ranked.items():
         rel = relevance[episode_id] / top  # 0-1
-        parts = priority_parts(row, now)
-        priority = sum(parts.values()) + RELEVANCE_WEIGHT * rel
-        # Relevance first; the priority moves a hit by at most `weights.priority` of itself.
+        stats = stats_of(row)
+        terms = scoring.priority_terms(stats, policy, now, relevance=rel)
+        priority = scoring.priority(stats, policy, now, relevance=rel)
         score = relevance[episode_id] * (1.0 + weights.priority * priority)
+        parts = {k: v for k, v in terms.items() if k != "relevance"}
         out.append((episode_id, score, {**parts, "relevance": rel, "priority": priority}))
     out.sort(key=lambda x: -x[1])
     return out

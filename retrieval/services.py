@@ -8,43 +8,43 @@ weighted RRF; grouped by episode; re-ranked by the seed-003 priority; each hit s
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
-from django.db import connection
 
-from episodes import selectors as episode_selectors
+from episodes import shapes
 from episodes.models import Episode, Layer, State
+from episodes.scope import ALL_LAYERS, Scope
 from episodes.services import EpisodeNotFound
-from episodes.stores import archive
-from episodes.stores.hot import Feedback, HotFilters, HotUnavailable, hot_store
-from memory_platform import db
-from memory_platform.conf import memory_settings
+from episodes.stores import archive, rows
+from episodes.stores.hot import HotUnavailable, hot_store
+from episodes.stores.rows import turns_for
+from lifecycle import scoring
+from lifecycle.selectors import SearchSettings, search_settings
+from lifecycle.services import feedback_review
 from memory_platform.embeddings import EmbeddingError, get_embedder
 from memory_platform.tenancy.models import Tenant
 
 from . import usage
 from .fusion import weighted_rrf
 from .query import SearchQuery
-from .ranking import RetrievalWeights, priority_parts, rank_candidates, rerank
+from .ranking import RetrievalWeights, platform_weights, rank_candidates, rerank, stats_of
+from .unpack import unpack
 
 logger = logging.getLogger(__name__)
 
 _hot_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hot-search")
 
 
-def _settings(tenant: Tenant):  # type: ignore[no-untyped-def]
+def _settings(tenant: Tenant) -> SearchSettings:
     """The policy's search settings, read once per tenant object (one request, one command run)."""
-    cached = getattr(tenant, "_search_settings", None)
+    cached: SearchSettings | None = getattr(tenant, "_search_settings", None)
     if cached is None:
-        from lifecycle.selectors import search_settings
-
         cached = search_settings(tenant)
         tenant._search_settings = cached  # type: ignore[attr-defined]
     return cached
@@ -54,22 +54,8 @@ def activation_limit(tenant: Tenant) -> int:
     return int(_settings(tenant).activation_limit)
 
 
-def platform_weights() -> RetrievalWeights:
-    """The fusion and candidate settings of the platform (``MEMORY``), before any policy."""
-    return RetrievalWeights(
-        vector=float(memory_settings.RRF_VECTOR_WEIGHT),
-        text=float(memory_settings.RRF_TEXT_WEIGHT),
-        k=int(memory_settings.RRF_K),
-        candidates=int(memory_settings.SEARCH_CANDIDATES),
-        feedback=Feedback(
-            docs=int(memory_settings.SEARCH_FEEDBACK_DOCS),
-            weight=float(memory_settings.SEARCH_FEEDBACK_WEIGHT),
-        ),
-    )
-
-
 def default_weights(tenant: Tenant) -> RetrievalWeights:
-    """The tenant's policy decides the fusion (seed 004 defaults: 0.7 / 0.3, k 60)."""
+    """The tenant's policy decides the fusion (seed 004)."""
     settings = _settings(tenant)
     return dataclasses.replace(
         platform_weights(), vector=settings.rrf_vector_weight, text=settings.rrf_text_weight, k=settings.rrf_k
@@ -130,7 +116,7 @@ def search(
     episode_relevance: dict[int, float] = {}
     explain: dict[int, dict[str, Any]] = {}
 
-    layers = tuple(query.layers)
+    layers = query.scope.layers or ALL_LAYERS
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
     if archive_layers and not archive.holds(tenant.pk, archive_layers):
         # Nothing packed yet (a young tenant): the two warm/cold statements would find nothing,
@@ -172,17 +158,12 @@ def search(
     ranked = rank_candidates(tenant, episode_relevance, query.limit, weights)
     if degraded and vector is not None:
         hot_ids = [pk for pk, row in ranked.items() if row.layer == Layer.HOT]
-        for episode_id, sims in archive.turn_similarities(hot_ids, vector).items():
+        for episode_id, sims in rows.turn_similarities(tenant, hot_ids, vector).items():
             base = episode_relevance[episode_id]
             hot_turns[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
 
-    order = rerank(ranked, episode_relevance, weights, now)[: query.limit]
-    columns, names = _hit_columns()
-    rows = db.fetch(
-        f"SELECT {columns} FROM episodes_episode WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
-        [tenant.id, [pk for pk, _, _ in order], State.FORGOTTEN.value],
-    )
-    episodes = {e.pk: e for e in (Episode.from_db(connection.alias, names, row) for row in rows)}
+    order = rerank(ranked, episode_relevance, weights, _settings(tenant), now)[: query.limit]
+    episodes = rows.hit_episodes(tenant, [pk for pk, _, _ in order])
     hits = []
     for pk, score, parts in order:
         if pk not in episodes:  # forgotten since it was ranked
@@ -212,18 +193,8 @@ def _hot_lists(
     k: int,
     weights: RetrievalWeights,
 ) -> Lists:
-    filters = HotFilters(
-        user_id=query.user_id,
-        agent_id=query.agent_id,
-        session_id=query.session_id,
-        kinds=query.kinds,
-        tags=query.tags,
-        occurred_from=query.occurred_from.timestamp() if query.occurred_from else None,
-        occurred_to=query.occurred_to.timestamp() if query.occurred_to else None,
-        exclude_dormant=not query.include_dormant,
-    )
     return hot_store().search(
-        tenant.id.hex, vector=vector, text=text, filters=filters, k=k, feedback=weights.feedback
+        tenant.id.hex, vector=vector, text=text, scope=query.scope, k=k, feedback=weights.feedback
     )
 
 
@@ -265,19 +236,14 @@ def _archive_lists(
     k: int,
     layers: tuple[str, ...],
 ) -> Lists:
-    filters = archive.ArchiveFilters(
-        layers=layers,
-        user_id=query.user_id,
-        agent_id=query.agent_id,
-        session_id=query.session_id,
-        kinds=query.kinds,
-        tags=query.tags,
-        occurred_from=query.occurred_from,
-        occurred_to=query.occurred_to,
-        include_dormant=query.include_dormant,
+    return archive.search(
+        str(tenant.id),
+        vector=vector,
+        text=text,
+        scope=query.scope.replace(layers=layers),
+        k=k,
         raw_turns=_settings(tenant).search_packed_turns,
     )
-    return archive.search(str(tenant.id), vector=vector, text=text, filters=filters, k=k)
 
 
 def _fuse_archive(lists: Lists, weights: RetrievalWeights) -> dict[int, tuple[float, dict[str, Any]]]:
@@ -312,102 +278,37 @@ def record_access(
 
 
 # --- shaping ---------------------------------------------------------------------------------------
-def hit_shape(hit: Hit, turns_by_episode: dict[int, list[TurnRow]], deep: bool) -> dict[str, Any]:
-    episode = hit.episode
-    body: dict[str, Any] = {
-        "episode_id": episode.pk,
-        "layer": episode.layer,
-        "kind": episode.kind,
-        "title": episode.title,
-        "score": round(hit.score, 6),
-        "anchor": episode.anchor,
-        "state": episode.state,
-        "scope": {"user_id": episode.user_id, "agent_id": episode.agent_id, "session_id": episode.session_id},
-        "first_occurred_at": episode.first_occurred_at.isoformat(),
-        "last_occurred_at": episode.last_occurred_at.isoformat(),
-        "entities": episode.entities,
-        "decisions": episode.decisions,
-        "unpack": f"/api/v1/memories/{episode.pk}/unpack",
-    }
-    turns = turns_by_episode.get(episode.pk, [])
-    body["turn_ids"] = [t.pk for t in turns]
-    if episode.layer == Layer.HOT or deep:
-        body["turns"] = [episode_selectors.turn_shape(t) for t in turns]
-    if episode.layer == Layer.HOT:
-        body["matched_turn_ids"] = [t for t, _ in hit.matched]
-    elif episode.layer == Layer.WARM:
-        body.update(summary=episode.summary, key_points=episode.key_points, partial=not deep)
-    else:
-        body.update(
-            headline=episode.headline,
-            tags=list(dict.fromkeys(episode.tags + episode.keywords)),
-            index_only=not deep,
-        )
-    if hit.explain:
-        body["explain"] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in hit.explain.items()}
-    return body
-
-
-class TurnRow(NamedTuple):
-    """The fields of a turn a response shows (no vectors, no search text)."""
-
-    pk: int
-    episode_id: int
-    seq: int
-    role: str = ""
-    text: str = ""
-    occurred_at: datetime | None = None
-    metadata: dict[str, Any] | None = None
-
-
-def turns_for(episode_ids: list[int], *, full: set[int]) -> dict[int, list[TurnRow]]:
-    """Turns per episode, in order, in one statement: every shown field for ``full`` episodes,
-    ids only for the others (their text stays in the database)."""
-    out: dict[int, list[TurnRow]] = {e: [] for e in episode_ids}
-    if not episode_ids:
-        return out
-    rows = db.fetch(
-        "SELECT id, episode_id, seq, s.shown, role, CASE WHEN s.shown THEN text END, occurred_at, "
-        "CASE WHEN s.shown THEN metadata END FROM episodes_turn, LATERAL (SELECT episode_id = ANY(%s) AS shown) s "
-        "WHERE episode_id = ANY(%s) ORDER BY episode_id, seq, id",
-        [list(full), episode_ids],
-    )
-    for pk, episode_id, seq, shown, role, text, occurred_at, metadata in rows:
-        turn = (
-            TurnRow(pk, episode_id, seq, role, text, occurred_at, metadata or {})
-            if shown
-            else TurnRow(pk, episode_id, seq)
-        )
-        out[episode_id].append(turn)
-    return out
-
-
-@functools.cache
-def _hit_columns() -> tuple[str, list[str]]:
-    """An episode's columns as a hit shows it (vectors, search text and metadata stay behind),
-    and their field names."""
-    left_out = {"embedding", "search_text", "search_vector", "metadata"}
-    fields = [f for f in Episode._meta.concrete_fields if f.attname not in left_out]
-    return db.column_list(fields), [f.attname for f in fields]
-
-
 def search_shaped(*, tenant: Tenant, query: SearchQuery, now: datetime) -> dict[str, Any]:
+    """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``); ``depth=deep``
+    unpacks the warm and cold hits first."""
     result = search(tenant=tenant, query=query, now=now)
     deep = query.depth == "deep"
     if deep:
-        from .unpack import unpack
-
         for hit in result.hits:
             if hit.episode.layer != Layer.HOT:
                 unpack(tenant=tenant, episode_id=hit.episode.pk, now=now, record=False)
-    ids = [h.episode.pk for h in result.hits]
-    full = {h.episode.pk for h in result.hits if h.episode.layer == Layer.HOT or deep}
-    turns = turns_for(ids, full=full)
     return {
-        "results": [hit_shape(h, turns, deep) for h in result.hits],
+        "results": _hit_bodies(tenant, result.hits, deep=deep),
         "degraded": result.degraded,
         "took_ms": round(result.took_ms, 2),
     }
+
+
+def _hit_bodies(tenant: Tenant, hits: list[Hit], *, deep: bool) -> list[dict[str, Any]]:
+    ids = [h.episode.pk for h in hits]
+    full = {h.episode.pk for h in hits if shapes.shows_turns(h.episode, deep=deep)}
+    turns = turns_for(tenant, ids, full=full)
+    return [
+        shapes.hit(
+            h.episode,
+            score=h.score,
+            turns=turns.get(h.episode.pk, []),
+            matched=h.matched,
+            deep=deep,
+            explain=h.explain,
+        )
+        for h in hits
+    ]
 
 
 # --- activation (seed 000) ------------------------------------------------------------------------
@@ -418,28 +319,24 @@ def activate(
     query_text: str,
     limit: int,
     now: datetime,
-    scope: dict[str, str | None] | None = None,
+    scope: Scope | None = None,
 ) -> dict[str, Any]:
-    """Top memories of one event type, by score: by relevance when a query is given, else by
-    priority (recency, frequency, anchor)."""
-    scope = scope or {}
+    """Top active memories of one event type: by relevance when a query is given, else by the
+    tenant's seed-003 priority (recency, frequency, anchor)."""
+    scope = (scope or Scope()).replace(kinds=(kind,), states=(State.ACTIVE,))
     if query_text.strip():
         return search_shaped(
-            tenant=tenant,
-            query=SearchQuery(text=query_text, kinds=(kind,), limit=limit, **scope),  # type: ignore[arg-type]
-            now=now,
+            tenant=tenant, query=SearchQuery(text=query_text, scope=scope, limit=limit), now=now
         )
-    qs = Episode.objects.for_tenant(tenant).filter(kind=kind, state=State.ACTIVE)
-    for name, value in scope.items():
-        if value is not None:
-            qs = qs.filter(**{name: value})
-    candidates = list(qs.order_by("-anchor", "-last_accessed_at")[:200])
-    ranked = sorted(candidates, key=lambda e: -sum(priority_parts(e, now).values()))[:limit]
-    hits = [Hit(episode=e, relevance=0.0, score=sum(priority_parts(e, now).values())) for e in ranked]
-    record_access(tenant=tenant, episode_ids=[e.pk for e in ranked], now=now)
-    ids = [e.pk for e in ranked]
-    turns = turns_for(ids, full={e.pk for e in ranked if e.layer == Layer.HOT})
-    return {"results": [hit_shape(h, turns, False) for h in hits], "degraded": False}
+    candidates = list(
+        Episode.objects.for_tenant(tenant).filter(scope.q()).order_by("-anchor", "-last_accessed_at")[:200]
+    )
+    policy = _settings(tenant)
+    scored = [(scoring.priority(stats_of(e), policy, now), e) for e in candidates]
+    scored.sort(key=lambda x: -x[0])
+    hits = [Hit(episode=e, relevance=0.0, score=p) for p, e in scored[:limit]]
+    record_access(tenant=tenant, episode_ids=[h.episode.pk for h in hits], now=now)
+    return {"results": _hit_bodies(tenant, hits, deep=False), "degraded": False}
 
 
 # --- feedback -------------------------------------------------------------------------------------
@@ -453,7 +350,5 @@ def feedback(*, tenant: Tenant, used: list[int], unused: list[int], now: datetim
     if missing:
         raise EpisodeNotFound(missing[0])
     record_access(tenant=tenant, episode_ids=used, now=now)
-    from lifecycle.services import feedback_review
-
     feedback_review(tenant=tenant, used=used, unused=unused, now=now)
     return {"used": len(used), "unused": len(unused)}

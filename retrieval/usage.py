@@ -23,8 +23,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection
 
+from episodes.stores import rows
 from memory_platform.conf import memory_settings
 
 logger = logging.getLogger(__name__)
@@ -40,40 +41,11 @@ class _Use:
     at: datetime | None = None
 
 
-_WRITE = """
-UPDATE episodes_episode e SET
-    access_count = e.access_count + u.accesses,
-    traverse_count = e.traverse_count + u.traversals,
-    last_accessed_at = u.at,
-    version = e.version + u.accesses + u.traversals
-FROM unnest(%s::uuid[], %s::bigint[], %s::int[], %s::int[], %s::timestamptz[])
-    AS u(tenant_id, id, accesses, traversals, at)
-WHERE e.id = u.id AND e.tenant_id = u.tenant_id
-"""
-
-
 def write_usage(uses: dict[tuple[uuid.UUID, int], _Use]) -> int:
-    """One UPDATE for every use, each row matched by tenant and id. In its own transaction it
-    commits without waiting for the WAL flush (a count lost to a crash in the next milliseconds is
-    harmless, and a search would otherwise wait for a disk sync)."""
-    if not uses:
-        return 0
-    keys = list(uses)
-    own_transaction = not connection.in_atomic_block
-    with transaction.atomic(), connection.cursor() as cursor:
-        if own_transaction:  # never loosen a caller's transaction (ingest commits durably)
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        cursor.execute(
-            _WRITE,
-            [
-                [tenant for tenant, _ in keys],
-                [episode for _, episode in keys],
-                [uses[k].accesses for k in keys],
-                [uses[k].traversals for k in keys],
-                [uses[k].at for k in keys],
-            ],
-        )
-        return int(cursor.rowcount)
+    """Write queued uses in one statement (``episodes.stores.rows.uses_add``)."""
+    return rows.uses_add(
+        {key: rows.Use(use.accesses, use.traversals, use.at) for key, use in uses.items() if use.at}
+    )
 
 
 class UsageRecorder:

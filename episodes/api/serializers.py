@@ -8,6 +8,19 @@ from memory_platform.api.serializers import MetadataField, StrictSerializer, Vec
 from memory_platform.conf import memory_settings
 
 from ..models import LinkKind, Role
+from ..scope import OWNER_FIELDS, Scope
+
+
+def owner_scope(data: dict[str, Any], defaults: dict[str, Any] | None = None) -> Scope:
+    """Whose conversation a written turn or memory belongs to: its own fields, else the batch's."""
+    defaults = defaults or {}
+    return Scope.owner(**{name: data.get(name, defaults.get(name, "")) for name in OWNER_FIELDS})
+
+
+def filter_scope(data: dict[str, Any], **more: Any) -> Scope:
+    """A filter's owner fields (an empty one does not filter), with ``more`` scope fields."""
+    owner: dict[str, Any] = {name: data.get(name) or None for name in OWNER_FIELDS}
+    return Scope(**owner, **more)
 
 
 def text_field(**kwargs: Any) -> serializers.CharField:

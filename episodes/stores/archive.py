@@ -7,8 +7,6 @@ statement built here.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -17,6 +15,9 @@ from django.db import connection
 from episodes.models import Layer
 from memory_platform import db
 from memory_platform.ttl_cache import ttl_cached
+
+from ..scope import ALL_LAYERS, Scope
+from .tables import EPISODES, TURNS
 
 # Up to this many packed turns, a tenant's warm/cold search is exact (see `search`). The exact
 # plan costs about 10 us per packed turn (measured: ~950 ms for 90k), so ~20 ms at this size.
@@ -52,52 +53,13 @@ _TWO_WORDS_QUERY = (
 )
 
 
-@dataclass(frozen=True)
-class ArchiveFilters:
-    layers: tuple[str, ...]
-    user_id: str | None = None
-    agent_id: str | None = None
-    session_id: str | None = None
-    kinds: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
-    occurred_from: datetime | None = None
-    occurred_to: datetime | None = None
-    include_dormant: bool = False
-    #: also rank packed episodes by their raw turns (vectors and full text), each by its best turn
-    raw_turns: bool = True
-
-
-def _where(tenant_id: str, f: ArchiveFilters) -> tuple[str, list]:
-    states = ["active", "dormant"] if f.include_dormant else ["active"]
-    clauses = ["e.tenant_id = %s", "e.layer = ANY(%s)", "e.state = ANY(%s)"]
-    params: list = [tenant_id, list(f.layers), states]
-    for name in ("user_id", "agent_id", "session_id"):
-        value = getattr(f, name)
-        if value is not None:
-            clauses.append(f"e.{name} = %s")
-            params.append(value)
-    if f.kinds:
-        clauses.append("e.kind = ANY(%s)")
-        params.append(list(f.kinds))
-    if f.tags:
-        clauses.append("(e.tags && %s::varchar[] OR e.keywords && %s::varchar[])")
-        params.extend([list(f.tags), list(f.tags)])
-    if f.occurred_from is not None:
-        clauses.append("e.last_occurred_at >= %s")
-        params.append(f.occurred_from)
-    if f.occurred_to is not None:
-        clauses.append("e.first_occurred_at <= %s")
-        params.append(f.occurred_to)
-    return " AND ".join(clauses), params
-
-
 def packed_turns(tenant_id: str) -> int:
     """How many packed turns the tenant has (partial index `turn_packed_tenant`); cached per
     process for a minute: it only decides between an exact and an approximate plan."""
 
     def compute() -> int:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM episodes_turn WHERE tenant_id = %s AND packed", [tenant_id])
+            cursor.execute(f"SELECT count(*) FROM {TURNS} WHERE tenant_id = %s AND packed", [tenant_id])
             return int(cursor.fetchone()[0])
 
     return int(ttl_cached(_packed_count_cache, tenant_id, PACKED_COUNT_TTL, compute))
@@ -112,14 +74,20 @@ def holds(tenant_id: Any, layers: tuple[str, ...]) -> bool:
     60-87 ms. Ordering by the `(tenant, layer)` index's own columns makes the index the only
     cheap plan (an index-only scan, 0.05 ms)."""
     row = db.fetch_one(
-        "SELECT layer FROM episodes_episode WHERE tenant_id = %s AND layer = ANY(%s) ORDER BY tenant_id, layer LIMIT 1",
+        f"SELECT layer FROM {EPISODES} WHERE tenant_id = %s AND layer = ANY(%s) ORDER BY tenant_id, layer LIMIT 1",
         [tenant_id, list(layers)],
     )
     return row is not None
 
 
 def search(
-    tenant_id: str, *, vector: np.ndarray | None, text: str | None, filters: ArchiveFilters, k: int
+    tenant_id: str,
+    *,
+    vector: np.ndarray | None,
+    text: str | None,
+    scope: Scope,
+    k: int,
+    raw_turns: bool = True,
 ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     """(vector hits, text hits) as (episode id, similarity or rank) lists, best first: one
     statement, or two at the same time on two connections outside a transaction.
@@ -132,14 +100,17 @@ def search(
     so a small tenant's rows are a sliver of it that a filtered scan may never reach: small
     tenants are never searched through it.
     """
-    if not filters.layers or (vector is None and not (text and text.strip())):
+    layers = scope.layers or ALL_LAYERS
+    if vector is None and not (text and text.strip()):
         return [], []
-    where, params = _where(tenant_id, filters)
+    where, params = scope.sql("e")
+    where = f"e.tenant_id = %s AND {where}"
+    params = [tenant_id, *params]
     exact = packed_turns(tenant_id) <= EXACT_PACKED_TURNS
     # Episode centroids and shapes: the seeds' "small index" of packed episodes, and hot episodes
     # when Redis is down (degraded mode; hot turns are not `packed`). With raw turns searched
     # too, the approximate plan leaves them out: the turns cover what they say.
-    shapes = not filters.raw_turns or exact or Layer.HOT in filters.layers
+    shapes = not raw_turns or exact or Layer.HOT in layers
     # "+ 0" keeps the planner off the HNSW index where the ranking must be exact.
     distance = "+ 0" if exact else ""
     vector_parts: list[str] = []
@@ -149,13 +120,13 @@ def search(
     text = text if text and text.strip() else None
     if vector is not None:
         literal = db.Vector(vector)
-        if filters.raw_turns:
+        if raw_turns:
             # The turns of packed episodes keep their own embeddings (the raw log is never
             # packed), and a centroid blurs the one turn a question is about: rank the packed
             # turns (`packed`, migration 0008), each episode by its best turn.
             vector_parts.append(
                 f"(SELECT 'v' AS src, s.episode_id AS id, max(s.sim) AS score FROM (SELECT t.episode_id, "
-                f"1 - (t.embedding <=> %s::vector) AS sim FROM episodes_turn t JOIN episodes_episode e "
+                f"1 - (t.embedding <=> %s::vector) AS sim FROM {TURNS} t JOIN {EPISODES} e "
                 f"ON e.id = t.episode_id WHERE t.packed AND t.embedding IS NOT NULL AND t.tenant_id = %s "
                 f"AND {where} ORDER BY (t.embedding <=> %s::vector) {distance} LIMIT %s) s GROUP BY s.episode_id)"
             )
@@ -164,7 +135,7 @@ def search(
             )
         if shapes:
             vector_parts.append(
-                f"(SELECT 'c' AS src, e.id, 1 - (e.embedding <=> %s::vector) AS score FROM episodes_episode e "
+                f"(SELECT 'c' AS src, e.id, 1 - (e.embedding <=> %s::vector) AS score FROM {EPISODES} e "
                 f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY (e.embedding <=> %s::vector) {distance} "
                 f"LIMIT %s)"
             )
@@ -195,17 +166,17 @@ def search(
         for src, query, rank in episode_passes:
             text_parts.append(
                 f"(SELECT '{src}' AS src, c.id, {rank}(c.search_vector, q.query) AS score FROM {query} q, "
-                f"LATERAL (SELECT e.id, e.search_vector FROM episodes_episode e WHERE q.query IS NOT NULL "
+                f"LATERAL (SELECT e.id, e.search_vector FROM {EPISODES} e WHERE q.query IS NOT NULL "
                 f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
             )
             text_args.extend([text, *params, cap, k])
-        if filters.raw_turns:
+        if raw_turns:
             # The raw turns of packed episodes, each episode by its best turn.
             for src, query, rank in (("ta", _ALL_WORDS_QUERY, "ts_rank_cd"), ("tb", broad, "ts_rank")):
                 text_parts.append(
                     f"(SELECT '{src}' AS src, s.episode_id AS id, max(s.rank) AS score FROM (SELECT t.episode_id, "
-                    f"{rank}(t.search_vector, q.query) AS rank FROM {query} q, episodes_turn t "
-                    f"JOIN episodes_episode e ON e.id = t.episode_id WHERE q.query IS NOT NULL AND t.packed "
+                    f"{rank}(t.search_vector, q.query) AS rank FROM {query} q, {TURNS} t "
+                    f"JOIN {EPISODES} e ON e.id = t.episode_id WHERE q.query IS NOT NULL AND t.packed "
                     f"AND t.tenant_id = %s AND t.search_vector @@ q.query AND {where} LIMIT %s) s "
                     f"GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
                 )
@@ -238,20 +209,3 @@ def search(
                 seen.add(i)
                 text_hits.append((i, sc))
     return vector_hits, text_hits[:k]
-
-
-def turn_similarities(episode_ids: list[int], vector: np.ndarray) -> dict[int, list[tuple[int, float]]]:
-    """Per episode, its turns by cosine similarity to ``vector`` (degraded mode's matched turns)."""
-    if not episode_ids:
-        return {}
-    rows = db.fetch(
-        "SELECT episode_id, id, 1 - (embedding <=> %s::vector) FROM episodes_turn "
-        "WHERE episode_id = ANY(%s) AND embedding IS NOT NULL",
-        [db.Vector(vector), episode_ids],
-    )
-    out: dict[int, list[tuple[int, float]]] = {}
-    for episode_id, turn_id, sim in rows:
-        out.setdefault(int(episode_id), []).append((int(turn_id), float(sim)))
-    for values in out.values():
-        values.sort(key=lambda x: -x[1])
-    return out

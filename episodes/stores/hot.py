@@ -6,7 +6,6 @@ tenant, never a raw filter or index.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
 import re
@@ -26,6 +25,7 @@ from redisvl.utils.stopwords import get_stopwords
 from memory_platform.conf import memory_settings
 from memory_platform.redis_client import get_redis, info_field
 
+from ..scope import OWNER_FIELDS, Scope
 from . import keys
 
 logger = logging.getLogger(__name__)
@@ -46,31 +46,6 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 @functools.cache
 def _stopwords() -> frozenset[str]:
     return frozenset(get_stopwords("english"))
-
-
-@dataclass(frozen=True)
-class HotFilters:
-    """Scope and content filters a search may carry (the tenant is not one of them: it is implied)."""
-
-    user_id: str | None = None
-    agent_id: str | None = None
-    session_id: str | None = None
-    kinds: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
-    occurred_from: float | None = None
-    occurred_to: float | None = None
-    episode_ids: tuple[int, ...] = ()
-    exclude_dormant: bool = True
-
-    @property
-    def narrowed(self) -> bool:
-        """Whether a filter beyond the tenant's active documents is set (any field but
-        ``exclude_dormant``, so a filter added later counts too)."""
-        return any(
-            getattr(self, f.name) not in (None, ())
-            for f in dataclasses.fields(self)
-            if f.name != "exclude_dormant"
-        )
 
 
 @dataclass(frozen=True)
@@ -288,26 +263,33 @@ class HotStore:
         return removed
 
     # --- reads -------------------------------------------------------------------------------------
-    def _filter(self, tenant_hex: str, doctype: str, filters: HotFilters) -> FilterExpression:
+    def _filter(self, tenant_hex: str, doctype: str, scope: Scope) -> FilterExpression:
+        """The scope in RediSearch's terms (see ``episodes.scope``), inside the tenant's documents.
+        Every document here is hot, so ``layers`` is the caller's to honour."""
         expr = (Tag("tenant") == tenant_hex) & (Tag("doctype") == doctype)
-        if filters.user_id is not None:
-            expr &= Tag("user_id") == filters.user_id
-        if filters.agent_id is not None:
-            expr &= Tag("agent_id") == filters.agent_id
-        if filters.session_id is not None:
-            expr &= Tag("session_id") == filters.session_id
-        if filters.kinds:
-            expr &= Tag("kind") == list(filters.kinds)
-        if filters.tags:
-            expr &= Tag("tags") == list(filters.tags)
-        if filters.episode_ids:
-            expr &= Tag("episode") == [str(e) for e in filters.episode_ids]
-        if filters.exclude_dormant:
-            expr &= Tag("state") == "active"
-        if filters.occurred_from is not None:
-            expr &= Num("occurred_at") >= filters.occurred_from
-        if filters.occurred_to is not None:
-            expr &= Num("occurred_at") <= filters.occurred_to
+        for name in OWNER_FIELDS:
+            value = getattr(scope, name)
+            if value is not None:
+                expr &= Tag(name) == value
+        if scope.kinds:
+            expr &= Tag("kind") == list(scope.kinds)
+        if scope.tags and scope.all_tags:
+            for tag in scope.tags:
+                expr &= Tag("tags") == tag
+        elif scope.tags:
+            expr &= Tag("tags") == list(scope.tags)
+        if scope.episode_ids:
+            expr &= Tag("episode") == [str(e) for e in scope.episode_ids]
+        if scope.states:
+            expr &= Tag("state") == list(scope.states)
+        if scope.anchor is not None:
+            expr &= Tag("anchor") == ("1" if scope.anchor else "0")
+        if scope.occurred_from is not None:
+            expr &= Num("occurred_at") >= _epoch(scope.occurred_from)
+        if scope.occurred_to is not None:
+            expr &= Num("occurred_at") <= _epoch(scope.occurred_to)
+        if scope.older_than is not None:
+            expr &= Num("occurred_at") < _epoch(scope.older_than)
         return expr
 
     def search(
@@ -316,7 +298,7 @@ class HotStore:
         *,
         vector: np.ndarray | None,
         text: str | None,
-        filters: HotFilters,
+        scope: Scope,
         k: int,
         doctype: str = keys.DOC_TURN,
         feedback: Feedback | None = None,
@@ -331,7 +313,7 @@ class HotStore:
         used are read from the replies (redisvl's own result processing costs more than Redis
         takes to answer)."""
         index = self.ensure_index(tenant_hex)
-        expr = self._filter(tenant_hex, doctype, filters)
+        expr = self._filter(tenant_hex, doctype, scope)
         # Stopwords are dropped here, once (redisvl would send "@text:()", a syntax error, when
         # a query holds nothing else; and RediSearch 8.2 crashes on some unions of stopwords).
         words = " ".join(w for w in _WORD.findall(text.lower()) if w not in _stopwords()) if text else ""
@@ -357,7 +339,7 @@ class HotStore:
             text_query = None  # answered
         queries: dict[str, BaseQuery] = {}
         if vector is not None:
-            queries["vector"] = _vector_query(vector, expr, k, _hybrid_policy(filters))
+            queries["vector"] = _vector_query(vector, expr, k, _hybrid_policy(scope))
         if text_query is not None:
             queries["text"] = text_query
         replies = dict(zip(queries, self._run(index, *queries.values()), strict=True)) if queries else {}
@@ -391,15 +373,11 @@ class HotStore:
             return query  # removed since the text search saw them
         return _unit(query + weight * np.mean([_unit(v) for v in found], axis=0))
 
-    def episode_ids(
-        self, tenant_hex: str, filters: HotFilters | None = None, limit: int = 10_000
-    ) -> set[int]:
+    def episode_ids(self, tenant_hex: str, scope: Scope | None = None, limit: int = 10_000) -> set[int]:
         """Ids of the tenant's hot episodes that have an episode document."""
         index = self.ensure_index(tenant_hex)
         query = FilterQuery(
-            filter_expression=self._filter(
-                tenant_hex, keys.DOC_EPISODE, filters or HotFilters(exclude_dormant=False)
-            ),
+            filter_expression=self._filter(tenant_hex, keys.DOC_EPISODE, scope or Scope()),
             return_fields=["episode"],
             num_results=limit,
         )
@@ -417,17 +395,17 @@ class HotStore:
 
     def count(self, tenant_hex: str, doctype: str = keys.DOC_TURN) -> int:
         index = self.ensure_index(tenant_hex)
-        expr = self._filter(tenant_hex, doctype, HotFilters(exclude_dormant=False))
+        expr = self._filter(tenant_hex, doctype, Scope())
         return _total(self._run(index, CountQuery(filter_expression=expr))[0])
 
 
-def _hybrid_policy(filters: HotFilters) -> str:
+def _hybrid_policy(scope: Scope) -> str:
     """How RediSearch applies the filter to a KNN query. BATCHES walks the vector index and
     filters what it meets: right when the filter keeps most of the index, as the tenant's active
     turns are of its own index. ADHOC_BF computes the distance of every document the filter
     keeps: exact, and cheap when they are few (a session, kind, tag, time window). (On 10k turns
     of a 100k-episode tenant: 2.4 ms p50 with BATCHES, 6.5 ms with ADHOC_BF.)"""
-    return "ADHOC_BF" if filters.narrowed else "BATCHES"
+    return "ADHOC_BF" if scope.narrowed else "BATCHES"
 
 
 def _text(value: Any) -> str:

@@ -1,17 +1,94 @@
-"""`POST /forget` (seed 004 Forget and ForgetByThreshold). Views validate, call, serialise."""
+"""Turns (segmented by the tenant's policy), pinning, and `POST /forget` (seed 004 Forget and
+ForgetByThreshold). Views validate, call, serialise."""
 
 from __future__ import annotations
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from episodes import services as episode_services
+from episodes.api import serializers as episode_serializers
+from episodes.api.views import not_found
+from episodes.services import TurnInput
 from memory_platform.api.base import TenantAPIView
+from memory_platform.api.errors import PayloadTooLarge
+from memory_platform.conf import memory_settings
 
 from .. import services
+from ..selectors import segmentation_rules
 from . import serializers as s
+
+
+class TurnsView(TenantAPIView):
+    required_scope = "write"
+
+    @extend_schema(
+        request=episode_serializers.TurnsInSerializer, responses={201: dict}, summary="Append turns (a batch)"
+    )
+    def post(self, request: Request) -> Response:
+        turns = request.data.get("turns") if isinstance(request.data, dict) else None
+        limit = int(memory_settings.MAX_BATCH_TURNS)
+        if isinstance(turns, list) and len(turns) > limit:
+            raise PayloadTooLarge(f"a batch holds at most {limit} turns; got {len(turns)}")
+        serializer = episode_serializers.TurnsInSerializer(data=request.data, context={"tenant": self.tenant})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        inputs = [
+            TurnInput(
+                role=t["role"],
+                text=t["text"],
+                scope=episode_serializers.owner_scope(t, data),
+                occurred_at=t.get("occurred_at"),
+                metadata={**data.get("metadata", {}), **t.get("metadata", {})},
+                episode_boundary=t.get("episode_boundary", False),
+                vector=t.get("vector"),
+            )
+            for t in data["turns"]
+        ]
+        result = episode_services.turns_ingest(
+            tenant=self.tenant,
+            turns=inputs,
+            now=timezone.now(),
+            rules=segmentation_rules(self.tenant),
+            asynchronous=data["async"],
+        )
+        return Response(
+            {
+                "turns": [{"id": t.turn_id, "episode_id": t.episode_id, "seq": t.seq} for t in result.turns],
+                "episode_ids": result.episode_ids,
+                "searchable": result.indexed,
+                "queued": result.queued,
+            },
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class MemoryAnchorView(TenantAPIView):
+    required_scope = "write"
+
+    def _set(self, episode_id: int, anchor: bool) -> Response:
+        try:
+            episode = services.episode_pin(
+                tenant=self.tenant,
+                episode_id=episode_id,
+                anchor=anchor,
+                now=timezone.now(),
+                actor=f"api:{self.api_key.prefix}",
+            )
+        except episode_services.EpisodeNotFound:
+            raise not_found(episode_id) from None
+        return Response({"id": episode.pk, "anchor": episode.anchor, "layer": episode.layer})
+
+    @extend_schema(request=None, responses={200: dict}, summary="Pin: never decays, never goes cold")
+    def post(self, request: Request, episode_id: int) -> Response:
+        return self._set(episode_id, True)
+
+    @extend_schema(request=None, responses={200: dict}, summary="Unpin")
+    def delete(self, request: Request, episode_id: int) -> Response:
+        return self._set(episode_id, False)
 
 
 class ForgetView(TenantAPIView):
@@ -34,18 +111,17 @@ class ForgetView(TenantAPIView):
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
         now = timezone.now()
-        filters = services.ForgetFilters(
-            kind=d.get("kind") or None,
-            user_id=d.get("user_id") or None,
-            agent_id=d.get("agent_id") or None,
-            session_id=d.get("session_id") or None,
+        scope = episode_serializers.filter_scope(
+            d,
+            kinds=(d["kind"],) if d.get("kind") else (),
             tags=tuple(d.get("tags") or ()),
-            layer=d.get("layer"),
+            all_tags=True,
+            layers=(d["layer"],) if d.get("layer") else (),
             older_than=d.get("older_than"),
             anchor=d.get("anchor"),
         )
         ids = services.forget_select(
-            tenant=self.tenant, filters=filters, retrievability_below=d.get("retrievability_below"), now=now
+            tenant=self.tenant, scope=scope, retrievability_below=d.get("retrievability_below"), now=now
         )
         if not d["dry_run"]:
             ids = services.forget_apply(

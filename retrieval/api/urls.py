@@ -3,9 +3,10 @@ from django.urls import path
 from . import views
 
 urlpatterns = [
+    path("memories/<int:episode_id>", views.MemoryDetailView.as_view(), name="memory-detail"),
+    path("memories/<int:episode_id>/unpack", views.UnpackView.as_view(), name="memory-unpack"),
     path("search", views.SearchView.as_view(), name="search"),
     path("activate", views.ActivateView.as_view(), name="activate"),
     path("context", views.ContextView.as_view(), name="context"),
     path("feedback", views.FeedbackView.as_view(), name="feedback"),
-    path("memories/<int:episode_id>/unpack", views.UnpackView.as_view(), name="memory-unpack"),
 ]

@@ -1,25 +1,56 @@
-"""Search, activate, context, unpack, feedback: one APIView per operation."""
+"""Reading one memory, search, activate, context, unpack, feedback: one APIView per operation."""
 
 from __future__ import annotations
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
-from rest_framework.exceptions import NotFound
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from episodes import selectors
+from episodes import services as episode_services
+from episodes.api.serializers import filter_scope
+from episodes.api.views import not_found
 from episodes.services import EpisodeNotFound
 from memory_platform.api.base import TenantAPIView
 
 from .. import services, usage
 from ..context import context
-from ..query import SearchQuery
+from ..query import DEFAULT_SCOPE, WITH_DORMANT, SearchQuery
 from ..unpack import unpack
 from . import serializers as s
 
 
-def _scope(d: dict) -> dict:
-    return {k: (d.get(k) or None) for k in ("user_id", "agent_id", "session_id")}
+class MemoryDetailView(TenantAPIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("depth", str, enum=["shallow", "deep"])],
+        responses={200: dict},
+        summary="Read one memory in its layer's shape (deep: unpacked, back to hot)",
+    )
+    def get(self, request: Request, episode_id: int) -> Response:
+        depth = request.query_params.get("depth", "shallow")
+        if depth not in {"shallow", "deep"}:
+            raise ValidationError({"depth": ["must be 'shallow' or 'deep'"]})
+        if depth == "deep":
+            try:
+                return Response(unpack(tenant=self.tenant, episode_id=episode_id, now=timezone.now()))
+            except EpisodeNotFound:
+                raise not_found(episode_id) from None
+        episode = selectors.episode_get(tenant=self.tenant, episode_id=episode_id)
+        if episode is None:
+            raise not_found(episode_id)
+        return Response(selectors.episode_detail(tenant=self.tenant, episode=episode))
+
+    @extend_schema(responses={200: dict}, summary="Soft forget (restorable for the grace period)")
+    def delete(self, request: Request, episode_id: int) -> Response:
+        try:
+            episode = episode_services.episode_forget(
+                tenant=self.tenant, episode_id=episode_id, now=timezone.now()
+            )
+        except EpisodeNotFound:
+            raise not_found(episode_id) from None
+        return Response({"id": episode.pk, "state": episode.state, "forgotten_at": episode.forgotten_at})
 
 
 class SearchView(TenantAPIView):
@@ -32,20 +63,23 @@ class SearchView(TenantAPIView):
         serializer = s.SearchInSerializer(data=request.data, context={"tenant": self.tenant})
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
-        query = SearchQuery(
-            text=d["query"],
-            vector=d.get("vector"),
+        scope = filter_scope(
+            d,
             kinds=tuple(d["kinds"]),
             tags=tuple(d["tags"]),
             occurred_from=d.get("occurred_from"),
             occurred_to=d.get("occurred_to"),
             layers=tuple(dict.fromkeys(d["layers"])),
+            states=WITH_DORMANT if d["include_dormant"] else DEFAULT_SCOPE.states,
+        )
+        query = SearchQuery(
+            text=d["query"],
+            vector=d.get("vector"),
+            scope=scope,
             limit=d["limit"],
             depth=d["depth"],
-            include_dormant=d["include_dormant"],
             explain=d["explain"],
             record_access=False,
-            **_scope(d),
         )
         now = timezone.now()
         body = services.search_shaped(tenant=self.tenant, query=query, now=now)
@@ -74,7 +108,7 @@ class ActivateView(TenantAPIView):
                 query_text=d["query"],
                 limit=limit,
                 now=timezone.now(),
-                scope=_scope(d),
+                scope=filter_scope(d),
             )
         )
 
@@ -91,16 +125,15 @@ class ContextView(TenantAPIView):
         serializer = s.ContextInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
-        scope = _scope(d)
         return Response(
             context(
                 tenant=self.tenant,
-                session_id=scope["session_id"],
+                session_id=d.get("session_id") or None,
                 query_text=d["query"],
                 max_tokens=d["max_tokens"],
                 now=timezone.now(),
-                user_id=scope["user_id"],
-                agent_id=scope["agent_id"],
+                user_id=d.get("user_id") or None,
+                agent_id=d.get("agent_id") or None,
                 limit=d["limit"],
             )
         )

@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 from django.utils import timezone
 
-from episodes.services import Scope, TurnInput, turns_ingest
+from episodes.scope import Scope
+from episodes.services import TurnInput, turns_ingest
+from lifecycle.selectors import segmentation_rules
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 
@@ -60,7 +62,7 @@ def synthetic_turns(count: int, rng: np.random.Generator, with_vectors: bool) ->
             TurnInput(
                 role="user" if i % 2 == 0 else "assistant",
                 text=f"Turn {i}: we talked about {words}.",
-                scope=Scope(user_id="bench", session_id=f"session-{i // 200}"),
+                scope=Scope.owner(user_id="bench", session_id=f"session-{i // 200}"),
                 occurred_at=start + timedelta(seconds=30 * i),
                 vector=vectors[i] if vectors is not None else None,
             )
@@ -84,6 +86,7 @@ def run_mode(mode: str, turns: int, batch: int, seed: int, log: Callable[[str], 
                 tenant=tenant,
                 turns=data[offset : offset + batch],
                 now=timezone.now(),
+                rules=segmentation_rules(tenant),  # as the API reads them, once a batch
                 asynchronous=mode == "durable",
             )
             done = min(offset + batch, turns)

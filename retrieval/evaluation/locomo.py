@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 
 from episodes.models import Episode, Turn
-from episodes.services import Scope, TurnInput, turns_ingest
+from episodes.scope import Scope
+from episodes.services import TurnInput, turns_ingest
+from lifecycle.selectors import segmentation_rules
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 from retrieval.context import estimate_tokens
@@ -95,14 +97,14 @@ def ingest(conversation: Conversation, tenant: Tenant, now: datetime) -> dict[st
             TurnInput(
                 role="user" if turn["speaker"] == speaker_a else "assistant",
                 text=turn_text(turn),
-                scope=Scope(user_id=speaker_a, session_id=f"session_{number}"),
+                scope=Scope.owner(user_id=speaker_a, session_id=f"session_{number}"),
                 occurred_at=date + i * TURN_SPACING,
                 metadata={"dia_id": turn["dia_id"], "speaker": turn["speaker"]},
                 episode_boundary=i == 0,
             )
             for i, turn in enumerate(turns)
         ]
-        result = turns_ingest(tenant=tenant, turns=inputs, now=now)
+        result = turns_ingest(tenant=tenant, turns=inputs, now=now, rules=segmentation_rules(tenant))
         for turn, ingested in zip(turns, result.turns, strict=True):
             dia_to_turn[turn["dia_id"]] = ingested.turn_id
     return dia_to_turn

@@ -3,7 +3,8 @@
 import pytest
 
 from episodes.models import Episode, Link
-from episodes.stores.hot import HotFilters, hot_store
+from episodes.scope import Scope
+from episodes.stores.hot import hot_store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,13 +71,17 @@ def test_outsider_finds_nothing_in_the_hot_store(ours, outsider):
         outsider.tenant.id.hex,
         vector=vector,
         text="secret launch",
-        filters=HotFilters(exclude_dormant=False),
+        scope=Scope(),
         k=10,
     )
     assert vector_hits == [] and text_hits == []
     assert store.episode_ids(outsider.tenant.id.hex) == set()
     # and the owner does find it, so the query itself works
     mine, _ = store.search(
-        Episode.objects.get(pk=a).tenant.id.hex, vector=vector, text=None, filters=HotFilters(), k=10
+        Episode.objects.get(pk=a).tenant.id.hex,
+        vector=vector,
+        text=None,
+        scope=Scope(states=("active",)),
+        k=10,
     )
     assert a in {h.episode_id for h in mine}

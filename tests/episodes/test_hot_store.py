@@ -9,7 +9,8 @@ import redis
 from django.conf import settings
 
 from episodes.stores import keys
-from episodes.stores.hot import Feedback, HotFilters, HotStore, _hybrid_policy, hot_store
+from episodes.scope import Scope
+from episodes.stores.hot import Feedback, HotStore, _hybrid_policy, hot_store
 from memory_platform.redis_client import info_field
 
 from ..conftest import Caller, unit_vectors
@@ -58,20 +59,20 @@ def test_each_tenant_has_its_own_index_walked_by_default_and_scored_exactly_when
     # 30 turn documents and 30 episode documents: the outsider's are in its own index.
     info = store.client.execute_command("FT.INFO", store.index_name(tenant_hex))
     assert int(info_field(info, "num_docs")) == 60
-    assert _hybrid_policy(HotFilters()) == "BATCHES"
-    assert _hybrid_policy(HotFilters(session_id="s1")) == "ADHOC_BF"
+    assert _hybrid_policy(Scope()) == "BATCHES"
+    assert _hybrid_policy(Scope(session_id="s1")) == "ADHOC_BF"
 
     # Both policies rank alike (the default FLAT index is exact either way).
-    walked, _ = store.search(tenant_hex, vector=vectors[3], text=None, filters=HotFilters(), k=10)
-    exact, _ = store.search(
-        tenant_hex, vector=vectors[3], text=None, filters=HotFilters(session_id="s1"), k=10
-    )
+    walked, _ = store.search(tenant_hex, vector=vectors[3], text=None, scope=Scope(states=("active",)), k=10)
+    exact, _ = store.search(tenant_hex, vector=vectors[3], text=None, scope=Scope(session_id="s1"), k=10)
     assert turn_ids(walked) == turn_ids(exact) and len(walked) == 10
     assert walked[0].score == pytest.approx(1.0, abs=1e-5)
 
     # The outsider sees its own turns only, nearest first, even with the tenant's own vector.
     for query in (outsider_vectors[1], vectors[3]):
-        hits, _ = store.search(outsider_hex, vector=query, text="ledger apples", filters=HotFilters(), k=10)
+        hits, _ = store.search(
+            outsider_hex, vector=query, text="ledger apples", scope=Scope(states=("active",)), k=10
+        )
         assert len(hits) == 2 and all(h.doc_id.startswith(keys.tenant_tag(outsider_hex)) for h in hits)
     assert store.count(tenant_hex) == 30 and store.count(outsider_hex) == 2
     assert len(store.episode_ids(tenant_hex)) == 30 and len(store.episode_ids(outsider_hex)) == 2
@@ -93,7 +94,7 @@ def test_an_outsiders_text_does_not_move_a_tenants_bm25_scores(provided):
 
     def ranking():
         _, hits = hot_store().search(
-            tenant_hex, vector=None, text="harbour lights", filters=HotFilters(), k=10
+            tenant_hex, vector=None, text="harbour lights", scope=Scope(states=("active",)), k=10
         )
         return [(h.turn_id, round(h.score, 6)) for h in hits]
 
@@ -113,7 +114,7 @@ def test_replies_read_the_same_over_resp2_and_resp3(provided):
     for protocol in (2, 3):
         store = HotStore(client=redis.Redis.from_url(settings.REDIS_URL, protocol=protocol))
         found[protocol] = store.search(
-            tenant_hex, vector=vectors[2], text="ledger apples", filters=HotFilters(), k=10
+            tenant_hex, vector=vectors[2], text="ledger apples", scope=Scope(states=("active",)), k=10
         )
     for by_vector, by_text in found.values():
         assert len(by_vector) == 5 and len(by_text) == 5
@@ -139,7 +140,7 @@ def test_documents_of_the_shared_index_of_earlier_versions_are_found_through_the
     store.forget_index_state()
 
     hits, text_hits = store.search(
-        tenant_hex, vector=vectors[4], text="ledger apples", filters=HotFilters(), k=30
+        tenant_hex, vector=vectors[4], text="ledger apples", scope=Scope(states=("active",)), k=30
     )
     assert hits[0].turn_id == ids[4] and {h.turn_id for h in hits} == set(ids) and len(text_hits) == 25
     names = index_names(store.client)
@@ -184,13 +185,15 @@ def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_o
     tenant_hex = provided.tenant.id.hex
     store = hot_store()
     query = vectors[2]
-    plain, text_hits = store.search(tenant_hex, vector=query, text="zeppelin", filters=HotFilters(), k=12)
+    plain, text_hits = store.search(
+        tenant_hex, vector=query, text="zeppelin", scope=Scope(states=("active",)), k=12
+    )
     assert turn_ids(text_hits) == [ids[7]]
     assert turn_ids(plain)[0] == ids[2] and turn_ids(plain).index(ids[7]) > 0
 
     feedback = Feedback(docs=3, weight=2.0)
     moved, moved_text = store.search(
-        tenant_hex, vector=query, text="zeppelin", filters=HotFilters(), k=12, feedback=feedback
+        tenant_hex, vector=query, text="zeppelin", scope=Scope(states=("active",)), k=12, feedback=feedback
     )
     assert turn_ids(moved_text) == turn_ids(text_hits)
     expected = query / np.linalg.norm(query) + 2.0 * vectors[7] / np.linalg.norm(vectors[7])
@@ -204,15 +207,20 @@ def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_o
 
     # No query words, or feedback off: the plain KNN list.
     off, _ = store.search(
-        tenant_hex, vector=query, text="zeppelin", filters=HotFilters(), k=12, feedback=Feedback(docs=0)
+        tenant_hex,
+        vector=query,
+        text="zeppelin",
+        scope=Scope(states=("active",)),
+        k=12,
+        feedback=Feedback(docs=0),
     )
     assert turn_ids(off) == turn_ids(plain)
     no_words, none = store.search(
-        tenant_hex, vector=query, text="the", filters=HotFilters(), k=12, feedback=feedback
+        tenant_hex, vector=query, text="the", scope=Scope(states=("active",)), k=12, feedback=feedback
     )
     assert none == [] and turn_ids(no_words) == turn_ids(plain)
     unmatched, nothing = store.search(
-        tenant_hex, vector=query, text="quokka", filters=HotFilters(), k=12, feedback=feedback
+        tenant_hex, vector=query, text="quokka", scope=Scope(states=("active",)), k=12, feedback=feedback
     )
     assert nothing == [] and turn_ids(unmatched) == turn_ids(plain)
 
@@ -247,7 +255,7 @@ def test_a_restarted_redis_ranks_text_as_before_without_dead_records_from_its_lo
 
     def text_ranking():
         _, hits = hot_store().search(
-            tenant_hex, vector=None, text="apples pears", filters=HotFilters(), k=200
+            tenant_hex, vector=None, text="apples pears", scope=Scope(states=("active",)), k=200
         )
         return [(h.turn_id, round(h.score, 6)) for h in hits]
 
@@ -300,7 +308,9 @@ def test_collecting_garbage_takes_removed_documents_out_of_bm25s_statistics(prov
         )
 
     def scores(tenant_hex):
-        _, hits = store.search(tenant_hex, vector=None, text="apples pears", filters=HotFilters(), k=200)
+        _, hits = store.search(
+            tenant_hex, vector=None, text="apples pears", scope=Scope(states=("active",)), k=200
+        )
         return [h.score for h in hits]
 
     store.collect_garbage(tenant_hex)

@@ -4,7 +4,8 @@ import pytest
 from django.conf import settings
 
 from episodes.models import Episode, Link, Turn
-from episodes.stores.hot import HotFilters, hot_store
+from episodes.scope import Scope
+from episodes.stores.hot import hot_store
 from memory_platform.redis_client import get_redis
 from tests.conftest import unit_vectors
 
@@ -57,7 +58,7 @@ def test_a_thousand_turns_are_durable_and_every_hot_episode_is_findable(provided
             provided.tenant.id.hex,
             vector=first.embedding,
             text=None,
-            filters=HotFilters(episode_ids=(episode.pk,)),
+            scope=Scope(episode_ids=(episode.pk,)),
             k=1,
         )
         assert hits[0].turn_id == first.pk

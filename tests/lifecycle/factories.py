@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from episodes.models import Episode, Layer, State, Turn
-from episodes.services import MemoryInput, Scope, TurnInput, memory_create, turns_ingest
+from episodes.scope import Scope
+from lifecycle.selectors import segmentation_rules
+from episodes.services import MemoryInput, TurnInput, memory_create, turns_ingest
 from episodes.stores.hot import hot_store
 from tests.conftest import unit_vectors
 
@@ -71,7 +73,7 @@ def conversation(
             TurnInput(
                 role="user" if i % 2 == 0 else "assistant",
                 text=text,
-                scope=Scope(user_id=user, session_id=session),
+                scope=Scope.owner(user_id=user, session_id=session),
                 occurred_at=at + timedelta(seconds=30 * i),
                 vector=vectors[i],
                 episode_boundary=i == 0,
@@ -79,6 +81,7 @@ def conversation(
             for i, text in enumerate(texts)
         ],
         now=at,
+        rules=segmentation_rules(tenant),
     )
     assert len(result.episode_ids) == 1, "the turns of one topic should form one episode"
     return result.episode_ids[0]

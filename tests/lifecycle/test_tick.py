@@ -376,9 +376,9 @@ def test_a_dormant_hot_episode_is_tagged_in_redis(provided):
     pk = memory(tenant, text="An unlinked remark nobody used.", idle_days=5, seed=8)
     tick_run(tenant=tenant, now=NOW)
     assert Episode.objects.get(pk=pk).state == State.DORMANT
-    from episodes.stores.hot import HotFilters
+    from episodes.scope import Scope
 
-    assert hot_store().episode_ids(tenant.id.hex, HotFilters(exclude_dormant=True)) == set()
+    assert hot_store().episode_ids(tenant.id.hex, Scope(states=("active",))) == set()
     assert hot_store().episode_ids(tenant.id.hex) == {pk}
 
 

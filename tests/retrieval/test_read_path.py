@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from episodes.models import Episode, Turn
+from episodes.scope import Scope
 from memory_platform.embeddings import get_embedder
 from retrieval.usage import UsageRecorder, recorder
 
@@ -109,7 +110,9 @@ def test_query_embedding_matches_the_batch_pipeline():
 def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same(caller):
     from datetime import UTC, datetime, timedelta
 
-    from retrieval.ranking import RetrievalWeights, rank_candidates, rank_rows, rerank
+    from episodes.stores.rows import rank_rows
+    from lifecycle.models import policy_for
+    from retrieval.ranking import platform_weights, rank_candidates, rerank
 
     for i in range(8):
         turns(caller, f"s{i}", [f"note {i}", "ok"])
@@ -120,7 +123,8 @@ def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same
             anchor=n % 3 == 0, access_count=n * 7, last_accessed_at=now - timedelta(days=n * 9)
         )
     Episode.objects.filter(pk=ids[1]).update(state="forgotten")
-    weights = RetrievalWeights()
+    weights = platform_weights()
+    policy = policy_for(caller.tenant)
     relevance = {pk: 1.0 - 0.04 * n for n, pk in enumerate(ids)}
     relevance[ids[7]] = 0.1  # far below any reach
     full = {row.pk: row for row in rank_rows(caller.tenant, ids)}
@@ -128,8 +132,8 @@ def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same
     for limit in (1, 2, 3, 5, 10):
         pruned = rank_candidates(caller.tenant, relevance, limit, weights)
         assert ids[1] not in pruned
-        best = [pk for pk, _, _ in rerank(full, relevance, weights, now)[:limit]]
-        assert [pk for pk, _, _ in rerank(pruned, relevance, weights, now)[:limit]] == best
+        best = [pk for pk, _, _ in rerank(full, relevance, weights, policy, now)[:limit]]
+        assert [pk for pk, _, _ in rerank(pruned, relevance, weights, policy, now)[:limit]] == best
         if limit <= 5:
             assert ids[7] not in pruned
 
@@ -227,12 +231,10 @@ def test_split_and_single_statement_warm_cold_search_agree(caller):
     for i, text in enumerate(["greyhound named comet", "budget meeting notes", "sourdough starter died"]):
         pack(turns(caller, f"s{i}", [text, "ok"])["episode_ids"][0], "warm")
     vector = get_embedder("local").embed_one("a dog")
-    filters = archive.ArchiveFilters(layers=("warm", "cold"))
+    filters = Scope(layers=("warm", "cold"), states=("active",))
 
     def run():
-        hits = archive.search(
-            str(caller.tenant.id), vector=vector, text="comet budget", filters=filters, k=10
-        )
+        hits = archive.search(str(caller.tenant.id), vector=vector, text="comet budget", scope=filters, k=10)
         return [[(e, round(score, 5)) for e, score in found] for found in hits]
 
     split = run()  # autocommit: the vector half on a worker connection
@@ -262,7 +264,7 @@ def test_the_broad_full_text_pass_is_any_word_when_exact_and_any_two_words_at_sc
         str(caller.tenant.id),
         vector=None,
         text="did my sister walk her greyhound by the canal?",  # no row holds every word
-        filters=archive.ArchiveFilters(layers=("warm",)),
+        scope=Scope(layers=("warm",), states=("active",)),
         k=10,
     )
     found = {episode_id for episode_id, _ in text_hits}
@@ -283,7 +285,8 @@ def test_the_all_words_pass_ranks_at_most_its_cap_of_matches(caller, monkeypatch
         str(caller.tenant.id),
         vector=None,
         text="the greyhound",  # one word after the stopwords: the two-word pass has nothing
-        filters=archive.ArchiveFilters(layers=("warm",), raw_turns=False),  # the episodes' own text
+        scope=Scope(layers=("warm",), states=("active",)),
+        raw_turns=False,  # the episodes' own text
         k=10,
     )
     assert len(text_hits) == 2

@@ -1,0 +1,159 @@
+"""What a hot, warm or cold episode looks like to a caller: as an API resource, as a search hit, and
+as a line of a prompt (seed 001 anisotropy: the older the layer, the less it shows).
+
+- hot: its turns, whole;
+- warm: its summary and key points, marked ``partial``;
+- cold: its headline and tags (its own tags and the keywords packing found), marked ``index_only``.
+
+Entities and decisions show in every layer (seed 003 F3). ``deep`` shows every turn whatever the
+layer (the episode has been unpacked). Everything here is pure: the caller reads the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from .models import Episode, Layer
+
+#: Turns a hot episode shows in a prompt line when it is long and the search matched some of them.
+PROMPT_MATCHED_TURNS = 4
+PROMPT_WHOLE_UP_TO = 6
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def cold_tags(episode: Episode) -> list[str]:
+    return list(dict.fromkeys(list(episode.tags) + list(episode.keywords)))
+
+
+def turn_body(turn: Any) -> dict[str, Any]:
+    return {
+        "id": turn.pk,
+        "seq": turn.seq,
+        "role": turn.role,
+        "text": turn.text,
+        "occurred_at": _iso(turn.occurred_at),
+        "metadata": turn.metadata,
+    }
+
+
+def shows_turns(episode: Episode, *, deep: bool) -> bool:
+    """Whether the shape holds the episode's turns (callers read them only then)."""
+    return episode.layer == Layer.HOT or deep
+
+
+def layer_body(episode: Episode, turns: Sequence[Any], *, deep: bool) -> dict[str, Any]:
+    """The part of an episode that depends on its layer (the one rule of this module)."""
+    body: dict[str, Any] = {}
+    if shows_turns(episode, deep=deep):
+        body["turns"] = [turn_body(t) for t in turns]
+    if episode.layer == Layer.WARM:
+        body.update(summary=episode.summary, key_points=episode.key_points, partial=not deep)
+    elif episode.layer == Layer.COLD:
+        body.update(headline=episode.headline, tags=cold_tags(episode), index_only=not deep)
+    return body
+
+
+def scope_body(episode: Episode) -> dict[str, str]:
+    return {"user_id": episode.user_id, "agent_id": episode.agent_id, "session_id": episode.session_id}
+
+
+def list_item(episode: Episode, degree: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    """An episode in a list: what every shape shares, without its content."""
+    return {
+        "id": episode.pk,
+        "kind": episode.kind,
+        "title": episode.title,
+        "layer": episode.layer,
+        "state": episode.state,
+        "anchor": episode.anchor,
+        "tags": episode.tags,
+        "metadata": episode.metadata,
+        "scope": scope_body(episode),
+        "first_occurred_at": _iso(episode.first_occurred_at),
+        "last_occurred_at": _iso(episode.last_occurred_at),
+        "turn_count": episode.turn_count,
+        "counters": {
+            "access_count": episode.access_count,
+            "traverse_count": episode.traverse_count,
+            "in_degree": degree[0],
+            "out_degree": degree[1],
+            "last_accessed_at": _iso(episode.last_accessed_at),
+            "last_linked_at": _iso(episode.last_linked_at),
+        },
+        "restored_at": _iso(episode.restored_at),
+        "forgotten_at": _iso(episode.forgotten_at),
+    }
+
+
+def resource(
+    episode: Episode,
+    *,
+    turns: Sequence[Any],
+    degree: tuple[int, int],
+    links: dict[str, list[dict[str, Any]]] | None,
+    deep: bool = False,
+) -> dict[str, Any]:
+    """``GET /memories/{id}``: the list item, entities and decisions, the layer's part, links."""
+    body = list_item(episode, degree)
+    body["entities"] = episode.entities
+    body["decisions"] = episode.decisions
+    body.update(layer_body(episode, turns, deep=deep))
+    if links is not None:
+        body["links"] = links
+    return body
+
+
+def hit(
+    episode: Episode,
+    *,
+    score: float,
+    turns: Sequence[Any],
+    matched: Sequence[tuple[int, float]],
+    deep: bool,
+    explain: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A search or activation result: the layer's part, the matched turns of a hot episode, the ids
+    of every turn (so a caller can tell what unpacking would bring back) and its unpack handle."""
+    body: dict[str, Any] = {
+        "episode_id": episode.pk,
+        "layer": episode.layer,
+        "kind": episode.kind,
+        "title": episode.title,
+        "score": round(score, 6),
+        "anchor": episode.anchor,
+        "state": episode.state,
+        "scope": scope_body(episode),
+        "first_occurred_at": _iso(episode.first_occurred_at),
+        "last_occurred_at": _iso(episode.last_occurred_at),
+        "entities": episode.entities,
+        "decisions": episode.decisions,
+        "unpack": f"/api/v1/memories/{episode.pk}/unpack",
+        "turn_ids": [t.pk for t in turns],
+    }
+    body.update(layer_body(episode, turns, deep=deep))
+    if episode.layer == Layer.HOT:
+        body["matched_turn_ids"] = [t for t, _ in matched]
+    if explain:
+        body["explain"] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in explain.items()}
+    return body
+
+
+def prompt_line(episode: Episode, turns: Sequence[Any], matched: Sequence[tuple[int, float]] = ()) -> str:
+    """One line of a prompt: the date, then the layer's text (a long hot episode: its best
+    matched turns only)."""
+    when = episode.last_occurred_at.date().isoformat()
+    if episode.layer == Layer.WARM:
+        points = "; ".join(episode.key_points) or episode.summary
+        return f"[{when}] {episode.title}: {points}"
+    if episode.layer == Layer.COLD:
+        return f"[{when}] {episode.headline or episode.title}"
+    if matched and len(turns) > PROMPT_WHOLE_UP_TO:
+        wanted = {t for t, _ in matched[:PROMPT_MATCHED_TURNS]}
+        turns = [t for t in turns if t.pk in wanted]
+    body = " ".join(f"{t.role}: {t.text}" for t in turns)
+    return f"[{when}] {body}"

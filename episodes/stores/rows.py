@@ -1,0 +1,193 @@
+"""Statements on episode and turn rows by id: the read path's row reads, usage counts, merge
+neighbours. Every one takes the tenant and has it in its WHERE, so an id of another tenant's row
+reads nothing and writes nothing.
+
+They run through ``memory_platform.db.fetch`` (server-side parameters, binary rows): on the read
+path Django's client-side binding cost more than the statements (docs/decisions/0004).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import numpy as np
+from django.db import connection, transaction
+
+from episodes.models import Episode, State
+from memory_platform import db
+from memory_platform.tenancy.models import Tenant
+
+from .tables import EPISODES, TURNS
+
+
+class RankRow(NamedTuple):
+    """What ranking reads of a candidate (the inputs of the seed-003 priority)."""
+
+    pk: int
+    layer: str
+    anchor: bool
+    access_count: int
+    last_accessed_at: datetime
+    created_at: datetime
+    first_occurred_at: datetime
+
+
+class TurnRow(NamedTuple):
+    """The fields of a turn a response shows (no vectors, no search text)."""
+
+    pk: int
+    episode_id: int
+    seq: int
+    role: str = ""
+    text: str = ""
+    occurred_at: datetime | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@functools.cache
+def _hit_columns() -> tuple[str, list[str]]:
+    """An episode's columns as a hit shows it (vectors, search text and metadata stay behind),
+    and their field names."""
+    left_out = {"embedding", "search_text", "search_vector", "metadata"}
+    fields = [f for f in Episode._meta.concrete_fields if f.attname not in left_out]
+    return db.column_list(fields), [f.attname for f in fields]
+
+
+def hit_episodes(tenant: Tenant, episode_ids: Sequence[int]) -> dict[int, Episode]:
+    """The tenant's visible episodes among ``episode_ids``, without vectors, search text or metadata."""
+    if not episode_ids:
+        return {}
+    columns, names = _hit_columns()
+    rows = db.fetch(
+        f"SELECT {columns} FROM {EPISODES} WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
+        [tenant.pk, list(episode_ids), State.FORGOTTEN.value],
+    )
+    return {e.pk: e for e in (Episode.from_db(connection.alias, names, row) for row in rows)}
+
+
+def rank_rows(tenant: Tenant, episode_ids: Sequence[int]) -> list[RankRow]:
+    """What ranking reads of each of the tenant's visible candidates, in one statement."""
+    if not episode_ids:
+        return []
+    rows = db.fetch(
+        "SELECT id, layer, anchor, access_count, last_accessed_at, created_at, first_occurred_at "
+        f"FROM {EPISODES} "
+        "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
+        [tenant.pk, list(episode_ids), State.FORGOTTEN.value],
+    )
+    return [RankRow(*row) for row in rows]
+
+
+def turns_for(tenant: Tenant, episode_ids: Sequence[int], *, full: set[int]) -> dict[int, list[TurnRow]]:
+    """The tenant's turns of these episodes, in order, in one statement: every shown field for
+    ``full`` episodes, ids only for the others (their text stays in the database)."""
+    out: dict[int, list[TurnRow]] = {e: [] for e in episode_ids}
+    if not episode_ids:
+        return out
+    rows = db.fetch(
+        "SELECT id, episode_id, seq, s.shown, role, CASE WHEN s.shown THEN text END, occurred_at, "
+        f"CASE WHEN s.shown THEN metadata END FROM {TURNS}, LATERAL (SELECT episode_id = ANY(%s) AS shown) s "
+        "WHERE tenant_id = %s AND episode_id = ANY(%s) ORDER BY episode_id, seq, id",
+        [list(full), tenant.pk, list(episode_ids)],
+    )
+    for pk, episode_id, seq, shown, role, text, occurred_at, metadata in rows:
+        turn = (
+            TurnRow(pk, episode_id, seq, role, text, occurred_at, metadata or {})
+            if shown
+            else TurnRow(pk, episode_id, seq)
+        )
+        out[episode_id].append(turn)
+    return out
+
+
+def turn_similarities(
+    tenant: Tenant, episode_ids: Sequence[int], vector: np.ndarray
+) -> dict[int, list[tuple[int, float]]]:
+    """Per episode, its turns by cosine similarity to ``vector`` (degraded mode's matched turns)."""
+    if not episode_ids:
+        return {}
+    rows = db.fetch(
+        f"SELECT episode_id, id, 1 - (embedding <=> %s::vector) FROM {TURNS} "
+        "WHERE tenant_id = %s AND episode_id = ANY(%s) AND embedding IS NOT NULL",
+        [db.Vector(vector), tenant.pk, list(episode_ids)],
+    )
+    out: dict[int, list[tuple[int, float]]] = {}
+    for episode_id, turn_id, sim in rows:
+        out.setdefault(int(episode_id), []).append((int(turn_id), float(sim)))
+    for values in out.values():
+        values.sort(key=lambda x: -x[1])
+    return out
+
+
+class Use(NamedTuple):
+    """Uses of one episode to add: accesses, link traversals, and the ``now`` of the latest."""
+
+    accesses: int
+    traversals: int
+    at: datetime
+
+
+_ADD_USES = f"""
+UPDATE {EPISODES} e SET
+    access_count = e.access_count + u.accesses,
+    traverse_count = e.traverse_count + u.traversals,
+    last_accessed_at = u.at,
+    version = e.version + u.accesses + u.traversals
+FROM unnest(%s::uuid[], %s::bigint[], %s::int[], %s::int[], %s::timestamptz[])
+    AS u(tenant_id, id, accesses, traversals, at)
+WHERE e.id = u.id AND e.tenant_id = u.tenant_id
+"""
+
+
+def uses_add(uses: Mapping[tuple[uuid.UUID, int], Use]) -> int:
+    """Add uses to episodes, keyed by (tenant id, episode id), in one UPDATE without
+    read-modify-write; each row is matched by its tenant and its id. The version moves with every
+    use, so a layer move in flight sees the touch and abandons (seed 001).
+
+    In its own transaction it commits without waiting for the WAL flush: a count lost to a crash
+    in the next milliseconds is harmless, and a search would otherwise wait for a disk sync."""
+    if not uses:
+        return 0
+    keys = list(uses)
+    own_transaction = not connection.in_atomic_block
+    with transaction.atomic(), connection.cursor() as cursor:
+        if own_transaction:  # never loosen a caller's transaction (ingest commits durably)
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        cursor.execute(
+            _ADD_USES,
+            [
+                [tenant for tenant, _ in keys],
+                [episode for _, episode in keys],
+                [uses[k].accesses for k in keys],
+                [uses[k].traversals for k in keys],
+                [uses[k].at for k in keys],
+            ],
+        )
+        return int(cursor.rowcount)
+
+
+def merge_neighbours(
+    tenant: Tenant, episode_ids: Sequence[int], *, neighbours: int, threshold: float
+) -> list[tuple[int, int, float]]:
+    """(episode, neighbour, cosine) for up to ``neighbours`` nearest packed episodes of the same kind
+    and tenant of each, at or above ``threshold`` (seed 002 merge candidates)."""
+    if not episode_ids:
+        return []
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Packed episodes only: the HNSW index covers warm and cold rows, and iterative scan keeps
+        # it useful under the tenant and kind filters (pgvector 0.8).
+        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        cursor.execute(
+            f"SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding) AS sim FROM {EPISODES} a "
+            f"CROSS JOIN LATERAL (SELECT c.id, c.embedding FROM {EPISODES} c "
+            "  WHERE c.tenant_id = a.tenant_id AND c.kind = a.kind AND c.id <> a.id "
+            "  AND c.layer IN ('warm', 'cold') AND c.state <> %s AND c.embedding IS NOT NULL "
+            "  ORDER BY c.embedding <=> a.embedding LIMIT %s) b "
+            "WHERE a.tenant_id = %s AND a.id = ANY(%s) AND 1 - (a.embedding <=> b.embedding) >= %s",
+            [State.FORGOTTEN, neighbours, tenant.pk, list(episode_ids), threshold],
+        )
+        return [(int(a), int(b), float(sim)) for a, b, sim in cursor.fetchall()]
