@@ -10,9 +10,11 @@ import numpy as np
 
 @dataclass(frozen=True)
 class SegmentationRules:
-    gap_seconds: int = 1800
-    split_similarity: float = 0.10
-    max_turns: int = 12
+    """A tenant's rules, from its policy (``lifecycle.selectors.segmentation_rules``)."""
+
+    gap_seconds: int
+    split_similarity: float
+    max_turns: int
     #: Similarity is only judged once an episode has this many turns (a centroid of one or two
     #: turns is too noisy to split on).
     min_turns_for_similarity: int = 3

@@ -17,7 +17,6 @@ from memory_platform.tenancy.models import Tenant
 
 from . import scoring, transitions
 from .compression import get_summariser
-from .journal import journal_record
 from .models import MemoryPolicy, TickRun
 
 logger = logging.getLogger(__name__)
@@ -73,21 +72,16 @@ class Tick:
         )
 
     def journal(self, episode: Episode, action: str, before: dict[str, Any], after: dict[str, Any]) -> None:
-        journal_record(
-            tenant=self.tenant,
-            episode=episode,
-            action=action,
-            before=before,
-            after=after,
-            now=self.now,
-            actor="tick",
-            tick_run=self.run,
-        )
+        transitions.journal(self.move, episode, action, before, after)
 
     # --- reading -------------------------------------------------------------------------------
     def episodes(self, **filters: Any) -> list[Episode]:
         return list(
-            Episode.objects.visible().filter(tenant=self.tenant).filter(**filters).defer(*LISTING_DEFERRED)
+            Episode.objects.visible()
+            .filter(tenant=self.tenant)
+            .filter(**filters)
+            .defer(*LISTING_DEFERRED)
+            .select_related("tenant")  # journal entries name it
         )
 
     def scored(self, episodes: list[Episode]) -> dict[int, tuple[float, scoring.EpisodeStats]]:

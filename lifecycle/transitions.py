@@ -75,9 +75,10 @@ def write_if_unchanged(episode: Episode, expected_layer: str, **fields: Any) -> 
     return _write(episode, expected_layer, fields)
 
 
-def _journal(
+def journal(
     move: Move, episode: Episode, action: str, before: Mapping[str, Any], after: Mapping[str, Any]
 ) -> None:
+    """Journal a change of the episode in the caller's transaction (so both commit, or neither)."""
     journal_record(
         tenant=episode.tenant,
         episode=episode,
@@ -131,7 +132,7 @@ def promote(
             return False
         AccessWindow.objects.filter(episode=episode).delete()
         after = {"layer": Layer.HOT, "from": previous, "restored_at": move.now, "reason": reason, **also}
-        _journal(move, episode, PROMOTE_ACTIONS[reason], before, {**after, **(note or {})})
+        journal(move, episode, PROMOTE_ACTIONS[reason], before, {**after, **(note or {})})
         _sync_after_commit(move, episode.pk)
     return True
 
@@ -166,7 +167,7 @@ def demote_to_warm(episode: Episode, warm: WarmShape, *, move: Move, reason: str
             },
         )
         after = {k: fields[k] for k in ("layer", "summary", "key_points", "packed_chars")}
-        _journal(move, episode, "hot_to_warm", before, {**after, "reason": reason, "source": source})
+        journal(move, episode, "hot_to_warm", before, {**after, "reason": reason, "source": source})
 
         def leave_hot() -> None:
             move.at(f"moved:{episode.pk}")
@@ -196,7 +197,7 @@ def demote_to_cold(episode: Episode, cold: ColdShape, *, move: Move) -> bool:
         if not _write(episode, Layer.WARM, fields):
             return False
         after = {k: v for k, v in fields.items() if k != "search_text"}
-        _journal(move, episode, "warm_to_cold", before, {**after, "source": cold.source})
+        journal(move, episode, "warm_to_cold", before, {**after, "source": cold.source})
     return True
 
 

@@ -88,19 +88,32 @@ def redis_from_url(url: str) -> str:
     return url
 
 
+def _secret_key(var_dir: Path) -> str:
+    """``SECRET_KEY``, else the key `make run` keeps in ``<MEMORY_VAR_DIR>/secret_key``, so every
+    ``manage.py`` command finds the key the running platform uses."""
+    value = env.str("SECRET_KEY", default="").strip()
+    if value:
+        return value
+    path = var_dir / "secret_key"
+    if path.is_file():
+        return path.read_text().strip()
+    return ""
+
+
 # --- core -----------------------------------------------------------------------------------------
 DEBUG = _bool("DEBUG", False)
-SECRET_KEY = env.str("SECRET_KEY", default="") or INSECURE_DEFAULT_SECRET
+VAR_DIR = Path(env.str("MEMORY_VAR_DIR", default=str(BASE_DIR / "var"))).resolve()
+SECRET_KEY = _secret_key(VAR_DIR) or INSECURE_DEFAULT_SECRET
 if not DEBUG and SECRET_KEY == INSECURE_DEFAULT_SECRET:
     raise ImproperlyConfigured(
-        "SECRET_KEY is not set and DEBUG is off: refusing to start with the development key. "
-        "Set SECRET_KEY (make run does it for you) or DEBUG=1 for local development."
+        f"SECRET_KEY is not set, {VAR_DIR / 'secret_key'} does not exist, and DEBUG is off: refusing "
+        "to start with the development key. Run `make run` (it writes that file) or set SECRET_KEY, "
+        "or DEBUG=1 for local development."
     )
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 LOG_LEVEL = _choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
 
 # --- embedded servers -------------------------------------------------------------------------------
-VAR_DIR = Path(env.str("MEMORY_VAR_DIR", default=str(BASE_DIR / "var"))).resolve()
 REDIS_MAXMEMORY = env.str("MEMORY_REDIS_MAXMEMORY", default="1gb")
 # The embedded server's memory: the default 128 MB of shared buffers cannot hold the HNSW graphs
 # of a 100k-episode tenant (about 180 MB each), and search then reads pages from the OS cache.
@@ -247,18 +260,34 @@ Q_CLUSTER = {
     "save_limit": 1000,
 }
 
+
 # --- platform ---------------------------------------------------------------------------------------
-MEMORY = {
-    "EMBEDDER": env.str("MEMORY_EMBEDDER", default="local"),
-    # FLAT: exact, and reloads in seconds after a restart; HNSW: for hot tiers of 10k+ documents
-    # per tenant, at the cost of a long blocking index rebuild on restart (DESIGN §9).
-    "HOT_INDEX_ALGORITHM": _choice("MEMORY_HOT_INDEX_ALGORITHM", "FLAT", {"FLAT", "HNSW"}),
-    # how often the API's queued usage counts are written (one UPDATE for all of them)
-    "USAGE_FLUSH_SECONDS": env.float("MEMORY_USAGE_FLUSH_SECONDS", default=0.5),
-    # the hot KNN query moved towards this many of the best BM25 hits, by this share of their mean
-    "SEARCH_FEEDBACK_DOCS": env.int("MEMORY_SEARCH_FEEDBACK_DOCS", default=3),
-    "SEARCH_FEEDBACK_WEIGHT": env.float("MEMORY_SEARCH_FEEDBACK_WEIGHT", default=0.5),
+def _float(name: str) -> float:
+    raw = env.str(name)
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+
+
+# The environment's overrides of the MEMORY settings; every default is memory_platform.conf's.
+# HOT_INDEX_ALGORITHM: FLAT is exact and reloads in seconds after a restart; HNSW is for hot tiers
+# of 10k+ documents per tenant, at the cost of a long blocking index rebuild on restart (DESIGN §9).
+def _hot_algorithm(name: str) -> str:
+    value = env.str(name).strip().upper()
+    if value not in {"FLAT", "HNSW"}:
+        raise ImproperlyConfigured(f"{name}={value!r} must be FLAT or HNSW")
+    return value
+
+
+_MEMORY_FROM_ENV = {
+    "EMBEDDER": ("MEMORY_EMBEDDER", lambda name: env.str(name).strip()),
+    "HOT_INDEX_ALGORITHM": ("MEMORY_HOT_INDEX_ALGORITHM", _hot_algorithm),
+    "USAGE_FLUSH_SECONDS": ("MEMORY_USAGE_FLUSH_SECONDS", _float),
+    "SEARCH_FEEDBACK_DOCS": ("MEMORY_SEARCH_FEEDBACK_DOCS", lambda name: _int(name, 0, minimum=0)),
+    "SEARCH_FEEDBACK_WEIGHT": ("MEMORY_SEARCH_FEEDBACK_WEIGHT", _float),
 }
+MEMORY = {key: read(name) for key, (name, read) in _MEMORY_FROM_ENV.items() if env.str(name, default="")}
 
 LOGGING = {
     "version": 1,

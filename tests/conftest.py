@@ -95,3 +95,13 @@ def unit_vectors(count: int, seed: int = 0, dim: int = 384):
 @pytest.fixture
 def provided(db) -> Caller:
     return Caller("provided-co", embedder="provided")
+
+
+@pytest.fixture
+def admin_client(client, db):
+    """A logged-in superuser "op" (the admin's actions record it as actor "admin:op")."""
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_superuser("op", "op@example.com", "pw-12345678")
+    client.force_login(user)
+    return client

@@ -75,8 +75,8 @@ class Feedback:
     On LoCoMo (all hot) it lifts the KNN list's Recall@50 from 0.83 to 0.89 and the fused
     Recall@10 from 0.69 to 0.76."""
 
-    docs: int = 3
-    weight: float = 0.5
+    docs: int
+    weight: float
 
 
 _RETURN_FIELDS = ["episode", "turn_id"]

@@ -1,6 +1,7 @@
 """An outsider tenant must see and touch nothing of ours, by any endpoint."""
 
 import pytest
+from django.utils import timezone
 
 from episodes.models import Episode, Link
 from episodes.scope import Scope
@@ -85,3 +86,27 @@ def test_outsider_finds_nothing_in_the_hot_store(ours, outsider):
         k=10,
     )
     assert a in {h.episode_id for h in mine}
+
+
+def test_by_id_reads_carry_the_tenant(caller, outsider):
+    """Every read by id in the stores has the tenant in its WHERE: another tenant's ids read nothing."""
+    import numpy as np
+
+    from episodes.stores import rows
+
+    body = caller.post(
+        "/api/v1/turns", {"session_id": "s1", "turns": [{"role": "user", "text": "the ledger is blue"}]}
+    ).json()
+    episode_id = body["episode_ids"][0]
+    turn_id = body["turns"][0]["id"]
+
+    ours = rows.turns_for(caller.tenant, [episode_id], full={episode_id})
+    assert [t.pk for t in ours[episode_id]] == [turn_id] and ours[episode_id][0].text == "the ledger is blue"
+    assert rows.turns_for(outsider.tenant, [episode_id], full={episode_id}) == {episode_id: []}
+    assert rows.hit_episodes(outsider.tenant, [episode_id]) == {}
+    assert rows.rank_rows(outsider.tenant, [episode_id]) == []
+    vector = np.ones(384, dtype=np.float32)
+    assert rows.turn_similarities(outsider.tenant, [episode_id], vector) == {}
+    assert set(rows.turn_similarities(caller.tenant, [episode_id], vector)) == {episode_id}
+    uses = {(outsider.tenant.pk, episode_id): rows.Use(accesses=1, traversals=0, at=timezone.now())}
+    assert rows.uses_add(uses) == 0  # the outsider's tenant id with our episode id matches no row

@@ -1,16 +1,8 @@
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin_client(client):
-    user = get_user_model().objects.create_superuser("op", "op@example.com", "pw-12345678")
-    client.force_login(user)
-    return client
 
 
 def test_episode_changelist_has_no_n_plus_one(admin_client, caller):

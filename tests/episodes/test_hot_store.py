@@ -8,8 +8,8 @@ import pytest
 import redis
 from django.conf import settings
 
-from episodes.stores import keys
 from episodes.scope import Scope
+from episodes.stores import keys
 from episodes.stores.hot import Feedback, HotStore, _hybrid_policy, hot_store
 from memory_platform.redis_client import info_field
 
@@ -212,7 +212,7 @@ def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_o
         text="zeppelin",
         scope=Scope(states=("active",)),
         k=12,
-        feedback=Feedback(docs=0),
+        feedback=Feedback(docs=0, weight=0.5),
     )
     assert turn_ids(off) == turn_ids(plain)
     no_words, none = store.search(

@@ -8,9 +8,9 @@ import numpy as np
 
 from episodes.models import Episode, Layer, State, Turn
 from episodes.scope import Scope
-from lifecycle.selectors import segmentation_rules
 from episodes.services import MemoryInput, TurnInput, memory_create, turns_ingest
 from episodes.stores.hot import hot_store
+from lifecycle.selectors import segmentation_rules
 from tests.conftest import unit_vectors
 
 # Before the wall clock of the machines, so an episode is as old as when it happened (born_at).

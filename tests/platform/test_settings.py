@@ -38,11 +38,23 @@ def test_a_bad_port_is_refused():
     assert "DATABASE_URL" in result.stderr
 
 
-def test_the_default_secret_key_refuses_to_start_without_debug():
-    result = _import_settings(DEBUG="0", SECRET_KEY="")
-    env_result = result
-    assert env_result.returncode != 0
-    assert "SECRET_KEY is not set and DEBUG is off" in env_result.stderr
+def test_the_default_secret_key_refuses_to_start_without_debug(tmp_path):
+    result = _import_settings(DEBUG="0", SECRET_KEY="", MEMORY_VAR_DIR=str(tmp_path))
+    assert result.returncode != 0
+    assert "SECRET_KEY is not set" in result.stderr and "DEBUG is off" in result.stderr
+
+
+def test_without_secret_key_the_key_make_run_wrote_is_used(tmp_path):
+    # A second shell beside `make run`: no SECRET_KEY in its environment, var/secret_key on disk.
+    (tmp_path / "secret_key").write_text("k-from-the-file\n")
+    result = _import_settings(
+        "from django.conf import settings; print(settings.SECRET_KEY)",
+        DEBUG="0",
+        SECRET_KEY="",
+        MEMORY_VAR_DIR=str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "k-from-the-file"
 
 
 def test_a_bad_boolean_is_refused():
