@@ -40,6 +40,7 @@ stop: install var/secret_key
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: install
 	DEBUG=1 $(VENV)/bin/mypy memory_platform episodes retrieval lifecycle

@@ -1,11 +1,22 @@
-"""Base API views: the tenant comes from the authenticated key and scopes every query."""
+"""How the tenant is enforced, end to end.
+
+1. The API key, and only the key, names the tenant (``tenancy.authentication``: a prefixed,
+   hashed key looked up by its prefix). No request field can name another tenant.
+2. Every view subclasses ``TenantAPIView`` and passes ``self.tenant`` as its own keyword argument
+   to every service and selector it calls; ids from the path or body are only ever looked up
+   together with it.
+3. Every store takes the tenant apart from the filter (``episodes.scope.Scope`` has no tenant
+   field) and puts it in every statement: the ORM through ``for_tenant``, the warm/cold and by-id
+   statements with ``tenant_id = %s`` in their WHERE (``episodes.stores.archive``,
+   ``episodes.stores.rows``), Redis through the tenant's own index over its own key prefix, with
+   the tenant tag in every query as well (``episodes.stores.hot``).
+
+``tests/api/test_tenant_isolation.py`` and ``tests/api/test_retrieval_isolation.py`` hold an
+outsider tenant to it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.db.models import QuerySet
-from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from memory_platform.tenancy.models import ApiKey, Tenant
@@ -24,9 +35,3 @@ class TenantAPIView(APIView):
     def api_key(self) -> ApiKey:
         assert isinstance(self.request.auth, ApiKey)
         return self.request.auth
-
-    def scoped(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return queryset.filter(tenant=self.tenant)
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from memory_platform.conf import DEFAULTS
+
 
 class EmbeddingError(Exception):
     """An embedding could not be made. ``retryable`` says whether trying again can help."""
@@ -18,7 +20,7 @@ class EmbeddingError(Exception):
 
 class Embedder(ABC):
     name: str = "base"
-    dim: int = 384
+    dim: int = int(DEFAULTS["EMBEDDING_DIM"])
     #: False when the caller must send vectors (the ``provided`` embedder).
     computes: bool = True
 

@@ -11,7 +11,6 @@ from .base import Embedder, EmbeddingError
 
 class ProvidedEmbedder(Embedder):
     name = "provided"
-    dim = 384
     computes = False
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

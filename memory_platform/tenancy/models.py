@@ -11,7 +11,7 @@ from django.db import models
 from django.utils import timezone
 from rest_framework_api_key.models import AbstractAPIKey, BaseAPIKeyManager
 
-from memory_platform.conf import memory_settings
+from memory_platform.conf import DEFAULTS, memory_settings
 
 SCOPES = ("read", "write", "admin")
 
@@ -29,7 +29,7 @@ class Tenant(models.Model):
         help_text="Embedding provider: 'local' (MiniLM, offline), 'provided' (caller sends vectors) "
         "or a dotted path to a provider class.",
     )
-    embedding_dim = models.PositiveIntegerField(default=384, editable=False)
+    embedding_dim = models.PositiveIntegerField(default=DEFAULTS["EMBEDDING_DIM"], editable=False)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 

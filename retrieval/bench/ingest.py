@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from django.utils import timezone
 
+from episodes.models import EMBEDDING_DIM
 from episodes.scope import Scope
 from episodes.services import TurnInput, turns_ingest
 from lifecycle.selectors import segmentation_rules
@@ -53,8 +54,10 @@ def synthetic_turns(count: int, rng: np.random.Generator, with_vectors: bool) ->
     if with_vectors:
         # A conversation stays on a topic for a while: vectors near a topic centre, a new centre
         # every 12 turns, so segmentation sees what it would see on real text.
-        centres = rng.normal(size=(count // 12 + 1, 384)).astype(np.float32)
-        vectors = centres[np.arange(count) // 12] + 0.3 * rng.normal(size=(count, 384)).astype(np.float32)
+        centres = rng.normal(size=(count // 12 + 1, EMBEDDING_DIM)).astype(np.float32)
+        vectors = centres[np.arange(count) // 12] + 0.3 * rng.normal(size=(count, EMBEDDING_DIM)).astype(
+            np.float32
+        )
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     for i in range(count):
         words = " ".join(rng.choice(WORDS, size=12))

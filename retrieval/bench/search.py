@@ -28,8 +28,9 @@ from django.db import connection
 from django.utils import timezone
 
 from episodes.indexing import turn_documents
-from episodes.models import Episode, Turn
+from episodes.models import EMBEDDING_DIM, Episode, Turn
 from episodes.stores.hot import hot_store
+from episodes.stores.tables import EPISODES, TURNS
 from memory_platform.embedded.redis import free_port
 from memory_platform.embeddings import get_embedder
 from memory_platform.tenancy.models import Tenant
@@ -51,15 +52,15 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
     # writes precomputed vectors (own and window) so no model runs while loading.
     tenant = tenant_create(name=f"bench-search-{size}-{uuid.uuid4().hex[:6]}", embedder="local")
     hot_from = size - min(size, int(policy_for(tenant).hot_quota))
-    topics = rng.normal(size=(max(10, size // 50), 384)).astype(np.float32)
+    topics = rng.normal(size=(max(10, size // 50), EMBEDDING_DIM)).astype(np.float32)
     now = timezone.now()
     start = now - timedelta(days=200)
     store = hot_store()
-    vectors_all = np.empty((size, 384), dtype=np.float32)
+    vectors_all = np.empty((size, EMBEDDING_DIM), dtype=np.float32)
     for offset in range(0, size, BATCH):
         n = min(BATCH, size - offset)
         topic_ids = rng.integers(0, len(topics), size=n)
-        vectors = topics[topic_ids] + 0.5 * rng.normal(size=(n, 384)).astype(np.float32)
+        vectors = topics[topic_ids] + 0.5 * rng.normal(size=(n, EMBEDDING_DIM)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors_all[offset : offset + n] = vectors
         texts = [f"note {offset + i}: " + sentence(rng, 20) for i in range(n)]
@@ -114,7 +115,7 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
     # Fresh planner statistics, as autovacuum leaves them after a bulk load: with none for the new
     # tenant, Postgres may scan its rows exactly instead of through the HNSW graph.
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE episodes_episode, episodes_turn")
+        cursor.execute(f"ANALYZE {EPISODES}, {TURNS}")
     return tenant, vectors_all
 
 
@@ -126,7 +127,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 def _queries(rng: np.random.Generator, vectors: np.ndarray, count: int) -> list[tuple[str, list[float]]]:
     out = []
     for _ in range(count):
-        v = vectors[rng.integers(0, len(vectors))] + 0.2 * rng.normal(size=384).astype(np.float32)
+        v = vectors[rng.integers(0, len(vectors))] + 0.2 * rng.normal(size=EMBEDDING_DIM).astype(np.float32)
         v /= np.linalg.norm(v)
         out.append((sentence(rng, 6), v.tolist()))
     return out
