@@ -51,8 +51,8 @@ def episodes_index_hot(episode_ids: Sequence[int]) -> int:
 
 def window_text(turns: Sequence[Turn], i: int) -> str:
     """A turn with its neighbours in the episode. A reply often only makes sense next to what it
-    answers ("Yes, last Tuesday"), so the hot index searches turns in their local context; on
-    LoCoMo this lifts BM25 Recall@10 from 0.62 to 0.72 (see the retrieval notes)."""
+    answers ("Yes, last Tuesday"), so the hot index searches turns in their local context
+    (docs/decisions/0003)."""
     parts = [turns[j].text for j in (i - 1, i, i + 1) if 0 <= j < len(turns)]
     return "\n".join(parts)
 

@@ -93,8 +93,7 @@ def collect_hot_garbage(tenant: Tenant) -> None:
     """Purge the documents a tick took out of the tenant's hot index from BM25's statistics now.
     RediSearch does it itself only every 30 s and past 100 removed documents; until then the
     removed ones count in document frequencies and lengths, and a tenant left with a few hot
-    episodes is ranked by statistics of hundreds gone (LoCoMo aged, hot evidence: Recall@10
-    0.55-0.68 from run to run, 0.85 collected)."""
+    episodes is ranked by statistics of hundreds gone (docs/decisions/0002)."""
     try:
         hot_store().collect_garbage(tenant.id.hex)
     except HotUnavailable as exc:

@@ -2,16 +2,14 @@
 
 Django's PostgreSQL backend binds parameters on the client (every statement's text differs, so
 nothing can be prepared) and reads ``timestamptz`` with a pure-Python loader (to attach its time
-zone). On the read path that costs more than the statements themselves: reading 150 candidate
-rows took 2.9 ms this way and 0.8 ms with server-side parameters and binary results. ``fetch``
+zone). On the read path that costs more than the statements themselves (docs/decisions/0004). ``fetch``
 runs a statement on Django's connection (same transaction, same error handling) through a
 psycopg cursor with server-side parameters: parameters sent apart, rows in binary (timestamps in
 UTC, JSON parsed, arrays as lists).
 
 Statements are not prepared: Django leaves psycopg's ``prepare_threshold`` at None, which turns
-preparation off. Preparing them (with ``plan_cache_mode = force_custom_plan``: generic plans of the
-warm/cold text statement took about a second) measured no different at 100k episodes, because
-planning, which a custom plan still does every time, is the statements' cost, not parsing.
+preparation off; planning, not parsing, is their cost (a generic plan of the warm/cold text
+statement would be far slower than planning it each time).
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ def column_list(fields: Iterable[Any], alias: str = "") -> str:
 
 class Vector:
     """A query vector as a ``fetch`` parameter (write ``%s::vector``): sent in pgvector's binary
-    form, which costs a microsecond where formatting its text form took 0.3 ms."""
+    form (formatting its text form costs far more)."""
 
     __slots__ = ("values",)
 

@@ -116,7 +116,7 @@ LOG_LEVEL = _choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR", "
 # --- embedded servers -------------------------------------------------------------------------------
 REDIS_MAXMEMORY = env.str("MEMORY_REDIS_MAXMEMORY", default="1gb")
 # The embedded server's memory: the default 128 MB of shared buffers cannot hold the HNSW graphs
-# of a 100k-episode tenant (about 180 MB each), and search then reads pages from the OS cache.
+# of a large tenant, and search then reads pages from the OS cache (docs/decisions/0004).
 PG_SHARED_BUFFERS = env.str("MEMORY_PG_SHARED_BUFFERS", default="1GB")
 EMBEDDED_POSTGRES = (
     None
@@ -146,8 +146,7 @@ else:
 _db.setdefault("CONN_MAX_AGE", _int("DATABASE_CONN_MAX_AGE", 60))
 # Filtered HNSW scans keep going until they have k rows (pgvector >= 0.8); set once per connection.
 # ef_search covers the 50 candidates a search takes from each list (MEMORY["SEARCH_CANDIDATES"]),
-# so one pass of the graph answers: at 40, every search went on to a second pass (100k episodes:
-# the vector statement 4.4 against 4.9 ms p50).
+# so one pass of the graph answers (docs/decisions/0005).
 _db.setdefault("OPTIONS", {})["options"] = "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=64"
 # A health check is one more round trip at the start of every request; without it, a request
 # on a connection the server dropped fails once and the connection is replaced (Django closes

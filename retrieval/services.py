@@ -124,8 +124,8 @@ def search(
         archive_layers = ()
     search_hot = Layer.HOT in layers
     text = query.text if query.text.strip() else None
-    # The query is embedded first. (Running the text halves while it was embedded was slower on
-    # 2 cores: the model's threads and the searches took the same cores, 42 ms p50 against 36.)
+    # The query is embedded first: on 2 cores the model's threads and concurrent searches would
+    # take the same cores (docs/decisions/0004).
     vector = query_vector(tenant, query)
     # Redis answers in a worker thread while Postgres answers here: the two tiers are searched at
     # the same time (the database connection stays on this thread, inside its transaction).
@@ -153,8 +153,8 @@ def search(
             episode_relevance[episode_id] = score
             explain[episode_id] = parts
 
-    # Ranking reads five columns of every candidate; only the hits kept are loaded whole. (Reading
-    # every candidate whole in one statement was slower: building 30 Episode objects costs 1.2 ms.)
+    # Ranking reads a few columns of every candidate; only the hits kept are loaded whole
+    # (building model objects for every candidate costs more than the statements).
     ranked = rank_candidates(tenant, episode_relevance, query.limit, weights)
     if degraded and vector is not None:
         hot_ids = [pk for pk, row in ranked.items() if row.layer == Layer.HOT]

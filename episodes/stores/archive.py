@@ -19,12 +19,10 @@ from memory_platform.ttl_cache import ttl_cached
 from ..scope import ALL_LAYERS, Scope
 from .tables import EPISODES, TURNS
 
-# Up to this many packed turns, a tenant's warm/cold search is exact (see `search`). The exact
-# plan costs about 10 us per packed turn (measured: ~950 ms for 90k), so ~20 ms at this size.
-# Above it, a filtered scan of the shared HNSW graphs reaches the tenant's rows: with pgvector's
-# default hnsw.max_scan_tuples (20,000) a tenant holding 2,000 rows of a 100k graph has ~400
-# among the nearest 20k. In graphs far beyond 100k rows, raise this threshold or
-# hnsw.max_scan_tuples (a filtered scan stops after that many rows).
+# Up to this many packed turns, a tenant's warm/cold search is exact (see `search`); the exact
+# plan's cost grows with the tenant's packed turns. Above it, a filtered scan of the shared HNSW
+# graphs reaches the tenant's rows; a filtered scan stops after hnsw.max_scan_tuples rows, so in
+# much larger graphs raise this threshold or that setting (docs/decisions/0005).
 EXACT_PACKED_TURNS = 2000
 PACKED_COUNT_TTL = 60.0
 # Each full-text pass (see `search`) ranks at most this many matches: on the approximate plan,
@@ -70,9 +68,8 @@ def holds(tenant_id: Any, layers: tuple[str, ...]) -> bool:
 
     Not ``EXISTS (...)``: a tenant the planner's statistics do not know yet (just loaded, or
     autovacuum has not analysed since) is estimated to hold thousands of such rows, so it
-    scans the table for the first one; for a freshly loaded 10k-episode tenant that found none,
-    60-87 ms. Ordering by the `(tenant, layer)` index's own columns makes the index the only
-    cheap plan (an index-only scan, 0.05 ms)."""
+    scans the table for the first one. Ordering by the `(tenant, layer)` index's own columns
+    makes the index the only cheap plan, an index-only scan (docs/decisions/0005)."""
     row = db.fetch_one(
         f"SELECT layer FROM {EPISODES} WHERE tenant_id = %s AND layer = ANY(%s) ORDER BY tenant_id, layer LIMIT 1",
         [tenant_id, list(layers)],
@@ -147,17 +144,13 @@ def search(
         # small tenant's broad pass is any word: its matches are few and all ranked. In a large
         # tenant one common word matches thousands of rows, of which the cap would keep an
         # arbitrary few, so its broad pass is any two words: rows sharing two of the question's
-        # words are fewer and likelier its answer. (LoCoMo aged, forced onto this plan: Recall@10
-        # 0.807, as on the exact plan; any word over the uncommon words only, at most 100
-        # matches, found 0.683. Same latency at 100k episodes.) The broad pass ranks with
-        # `ts_rank`, not `ts_rank_cd`: the cover search over the two-word query, an OR of every
-        # pair, cost up to 12 ms for one question at 100k episodes, and over the any-word query
-        # about 10 us a row. LoCoMo aged found more with it too: 0.812 against 0.807 on the exact
-        # plan, 0.809 against 0.807 forced onto the approximate one (with ef_search 64).
+        # words are fewer and likelier its answer. The broad pass ranks with `ts_rank`, not
+        # `ts_rank_cd`, whose cover search over an OR of every pair of words is slow
+        # (docs/decisions/0005).
         broad = _ANY_WORD_QUERY if exact else _TWO_WORDS_QUERY
         cap = TEXT_CANDIDATES_EXACT if exact else TEXT_CANDIDATES
-        # (The all-words passes are capped too: a question whose only word that is not a stopword
-        # is a common one matched 2,686 episodes at 100k, and ranking them all took 15 ms.)
+        # (The all-words passes are capped too: a question left with one common word after its
+        # stopwords matches a large share of a big tenant.)
         # The episodes' own text (summary, key points, headline): all words; the broad pass only
         # where their shapes are searched.
         episode_passes = [("a", _ALL_WORDS_QUERY, "ts_rank_cd")]

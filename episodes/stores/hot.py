@@ -71,9 +71,8 @@ class Feedback:
     """Pseudo-relevance feedback for the KNN query (Rocchio): the query vector is moved towards
     the vectors of the ``docs`` best BM25 hits, by ``weight`` of their mean. A question names
     what it asks about in words the stored turns share ("Caroline", "support group"); the moved
-    vector then finds the turns near those, which the question's own embedding ranks far down.
-    On LoCoMo (all hot) it lifts the KNN list's Recall@50 from 0.83 to 0.89 and the fused
-    Recall@10 from 0.69 to 0.76."""
+    vector then finds the turns near those, which the question's own embedding ranks far down
+    (docs/decisions/0003)."""
 
     docs: int
     weight: float
@@ -403,8 +402,8 @@ def _hybrid_policy(scope: Scope) -> str:
     """How RediSearch applies the filter to a KNN query. BATCHES walks the vector index and
     filters what it meets: right when the filter keeps most of the index, as the tenant's active
     turns are of its own index. ADHOC_BF computes the distance of every document the filter
-    keeps: exact, and cheap when they are few (a session, kind, tag, time window). (On 10k turns
-    of a 100k-episode tenant: 2.4 ms p50 with BATCHES, 6.5 ms with ADHOC_BF.)"""
+    keeps: exact, and cheap when they are few (a session, kind, tag, time window); see
+    docs/decisions/0003."""
     return "ADHOC_BF" if scope.narrowed else "BATCHES"
 
 

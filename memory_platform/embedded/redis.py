@@ -22,10 +22,9 @@ def collect_index_garbage(port: int) -> dict[str, tuple[int, int]]:
     documents deleted or rewritten after the snapshot are indexed, then deleted again, and each
     dead copy stays in the inverted index until the fork GC runs (every 30 s, and by default
     only past 100 deleted documents; the embedded server sets FORK_GC_CLEAN_THRESHOLD 0). Until
-    then BM25 counts the dead copies in its document frequencies: after a restart of the kept
-    bench data the hot index held 1.21M records for 630k live ones, and LoCoMo conv-26's
-    Recall@10 was 0.49 instead of 0.70 for about a minute. Collecting once at start removes them
-    before the first search. A failure is logged, not raised: the data are intact, only the
+    then BM25 counts the dead copies in its document frequencies, and ranking is off until the
+    collector runs (docs/decisions/0002). Collecting once at start removes them before the first
+    search. A failure is logged, not raised: the data are intact, only the
     ranking is off until the next scheduled collection. (A tick collects its tenant's index
     after moving episodes out of hot: `lifecycle.hotsync.collect_hot_garbage`.)"""
     import redis

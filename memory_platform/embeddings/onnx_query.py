@@ -2,8 +2,7 @@
 
 The same all-MiniLM-L6-v2 weights as the torch pipeline (exported from the loaded model once,
 kept under ``MEMORY_VAR_DIR``), the same word pieces, mean pooling and L2 norm: vectors equal
-torch's within 3e-7. For one short query it takes about half of torch's time on 2 cores (6 ms
-against 12 ms p50, 9 against 17 ms p95), and its tail holds under load.
+torch's within 3e-7, in about half of torch's time for one short query (docs/decisions/0004).
 """
 
 from __future__ import annotations
