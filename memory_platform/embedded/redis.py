@@ -88,9 +88,7 @@ def module_paths() -> tuple[str, str]:
 class EmbeddedRedis:
     """One redis-server in ``<var>/redis``, loopback only, AOF on, never evicting."""
 
-    def __init__(
-        self, var_dir: Path, port: int = 6390, maxmemory: str = "1gb", choose_free_port: bool = False
-    ):
+    def __init__(self, var_dir: Path, *, port: int, maxmemory: str, choose_free_port: bool):
         self.datadir = Path(var_dir).resolve() / "redis"
         self.preferred_port = port
         self.maxmemory = maxmemory
