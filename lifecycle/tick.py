@@ -25,6 +25,8 @@ from episodes.stores.hot import HotUnavailable
 from memory_platform.tenancy.models import Tenant
 
 from . import scoring
+from .candidates import propose_delete, propose_merges, withdraw_delete
+from .forgetting import purge_forgotten
 from .hotsync import collect_hot_garbage, hot_repair, retag_state
 from .journal import to_json
 from .models import TickRun, policy_for
@@ -65,8 +67,6 @@ def step_score(t: Tick) -> None:
 
 def step_states(t: Tick) -> None:
     """Seed 002 states. A delete candidate is only marked (and proposed to an operator)."""
-    from .candidates import propose_delete, withdraw_delete
-
     episodes = t.episodes()
     scores = t.scored(episodes)
     for listed in episodes:
@@ -91,16 +91,12 @@ def step_states(t: Tick) -> None:
 
 
 def step_candidates(t: Tick) -> None:
-    from .candidates import propose_merges
-
     episodes = t.episodes(anchor=False)
     made = propose_merges(t, episodes, t.scored(episodes))
     t.counts["merge_candidates"] += made
 
 
 def step_purge(t: Tick) -> None:
-    from .forgetting import purge_forgotten
-
     purged, failed = purge_forgotten(
         tenant=t.tenant, now=t.now, grace_days=t.policy.purge_grace_days, run=t.run
     )

@@ -10,6 +10,7 @@ Ranking reads a few columns of each candidate, and only of those that can still 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,8 @@ from episodes.stores.hot import Feedback
 from lifecycle import scoring
 from memory_platform.conf import memory_settings
 from memory_platform.tenancy.models import Tenant
+
+from .fusion import weighted_rrf
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,68 @@ def platform_weights() -> RetrievalWeights:
             weight=float(memory_settings.SEARCH_FEEDBACK_WEIGHT),
         ),
     )
+
+
+def tenant_weights(policy: Any) -> RetrievalWeights:
+    """The fusion the tenant's policy sets (seed 004 weights and k) on the platform's settings."""
+    return dataclasses.replace(
+        platform_weights(), vector=policy.rrf_vector_weight, text=policy.rrf_text_weight, k=policy.rrf_k
+    )
+
+
+# (vector hits, text hits) of one tier, best first.
+Lists = tuple[list[Any], list[Any]]
+
+
+def fuse_hot(
+    lists: Lists, weights: RetrievalWeights
+) -> tuple[dict[int, list[tuple[int, float]]], dict[int, dict[str, Any]]]:
+    vector_hits, text_hits = lists
+    episode_of = {h.turn_id: h.episode_id for h in vector_hits + text_hits if h.turn_id is not None}
+    fused = weighted_rrf(
+        {
+            "vector": [h.turn_id for h in vector_hits if h.turn_id is not None],
+            "text": [h.turn_id for h in text_hits if h.turn_id is not None],
+        },
+        {"vector": weights.vector, "text": weights.text},
+        k=weights.k,
+    )
+    per_episode: dict[int, list[tuple[int, float]]] = {}
+    explain: dict[int, dict[str, Any]] = {}
+    for item in fused:
+        turn_id = int(item.key)  # type: ignore[call-overload]
+        episode_id = episode_of[turn_id]
+        per_episode.setdefault(episode_id, []).append((turn_id, item.score))
+        if episode_id not in explain:
+            explain[episode_id] = {
+                "source": "hot",
+                "best_turn_id": turn_id,
+                "vector_rank": item.ranks.get("vector"),
+                "text_rank": item.ranks.get("text"),
+                "rrf": item.score,
+            }
+    return per_episode, explain
+
+
+def fuse_archive(lists: Lists, weights: RetrievalWeights) -> dict[int, tuple[float, dict[str, Any]]]:
+    vector_hits, text_hits = lists
+    fused = weighted_rrf(
+        {"vector": [e for e, _ in vector_hits], "text": [e for e, _ in text_hits]},
+        {"vector": weights.vector, "text": weights.text},
+        k=weights.k,
+    )
+    return {
+        int(item.key): (  # type: ignore[call-overload]
+            item.score,
+            {
+                "source": "postgres",
+                "vector_rank": item.ranks.get("vector"),
+                "text_rank": item.ranks.get("text"),
+                "rrf": item.score,
+            },
+        )
+        for item in fused
+    }
 
 
 def stats_of(row: rows.RankRow | Episode) -> scoring.EpisodeStats:

@@ -7,7 +7,6 @@ weighted RRF; grouped by episode; re-ranked by the seed-003 priority; each hit s
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,9 +30,17 @@ from memory_platform.embeddings import EmbeddingError, get_embedder
 from memory_platform.tenancy.models import Tenant
 
 from . import usage
-from .fusion import weighted_rrf
 from .query import SearchQuery
-from .ranking import RetrievalWeights, platform_weights, rank_candidates, rerank, stats_of
+from .ranking import (
+    Lists,
+    RetrievalWeights,
+    fuse_archive,
+    fuse_hot,
+    rank_candidates,
+    rerank,
+    stats_of,
+    tenant_weights,
+)
 from .unpack import unpack
 
 logger = logging.getLogger(__name__)
@@ -52,14 +59,6 @@ def _settings(tenant: Tenant) -> SearchSettings:
 
 def activation_limit(tenant: Tenant) -> int:
     return int(_settings(tenant).activation_limit)
-
-
-def default_weights(tenant: Tenant) -> RetrievalWeights:
-    """The tenant's policy decides the fusion (seed 004)."""
-    settings = _settings(tenant)
-    return dataclasses.replace(
-        platform_weights(), vector=settings.rrf_vector_weight, text=settings.rrf_text_weight, k=settings.rrf_k
-    )
 
 
 @dataclass
@@ -109,7 +108,7 @@ def search(
     *, tenant: Tenant, query: SearchQuery, now: datetime, weights: RetrievalWeights | None = None
 ) -> SearchResult:
     started = time.perf_counter()
-    weights = weights or default_weights(tenant)
+    weights = weights or tenant_weights(_settings(tenant))
     k = max(weights.candidates, query.limit * 3)
     degraded = False
     hot_turns: dict[int, list[tuple[int, float]]] = {}
@@ -131,7 +130,7 @@ def search(
     # the same time (the database connection stays on this thread, inside its transaction).
     hot_future = _hot_pool.submit(_hot_lists, tenant, query, vector, text, k, weights) if search_hot else None
     archive_hits = (
-        _fuse_archive(_archive_lists(tenant, query, vector, text, k, archive_layers), weights)
+        fuse_archive(_archive_lists(tenant, query, vector, text, k, archive_layers), weights)
         if archive_layers
         else {}
     )
@@ -139,14 +138,14 @@ def search(
         try:
             # A Redis still loading its data answers LOADING, which redis-py raises as
             # BusyLoadingError (a RedisError): it lands in the degraded branch below like an outage.
-            hot_turns, hot_explain = _fuse_hot(hot_future.result(), weights)
+            hot_turns, hot_explain = fuse_hot(hot_future.result(), weights)
             explain.update(hot_explain)
             for episode_id, turns in hot_turns.items():
                 episode_relevance[episode_id] = turns[0][1]
         except HotUnavailable as exc:
             logger.warning("hot tier unavailable, answering from Postgres: %s", exc)
             degraded = True
-            archive_hits = _fuse_archive(_archive_lists(tenant, query, vector, text, k, layers), weights)
+            archive_hits = fuse_archive(_archive_lists(tenant, query, vector, text, k, layers), weights)
 
     for episode_id, (score, parts) in archive_hits.items():
         if score > episode_relevance.get(episode_id, 0.0):
@@ -181,10 +180,6 @@ def search(
     )
 
 
-# (vector hits, text hits) of one tier, best first.
-Lists = tuple[list[Any], list[Any]]
-
-
 def _hot_lists(
     tenant: Tenant,
     query: SearchQuery,
@@ -196,36 +191,6 @@ def _hot_lists(
     return hot_store().search(
         tenant.id.hex, vector=vector, text=text, scope=query.scope, k=k, feedback=weights.feedback
     )
-
-
-def _fuse_hot(
-    lists: Lists, weights: RetrievalWeights
-) -> tuple[dict[int, list[tuple[int, float]]], dict[int, dict[str, Any]]]:
-    vector_hits, text_hits = lists
-    episode_of = {h.turn_id: h.episode_id for h in vector_hits + text_hits if h.turn_id is not None}
-    fused = weighted_rrf(
-        {
-            "vector": [h.turn_id for h in vector_hits if h.turn_id is not None],
-            "text": [h.turn_id for h in text_hits if h.turn_id is not None],
-        },
-        {"vector": weights.vector, "text": weights.text},
-        k=weights.k,
-    )
-    per_episode: dict[int, list[tuple[int, float]]] = {}
-    explain: dict[int, dict[str, Any]] = {}
-    for item in fused:
-        turn_id = int(item.key)  # type: ignore[call-overload]
-        episode_id = episode_of[turn_id]
-        per_episode.setdefault(episode_id, []).append((turn_id, item.score))
-        if episode_id not in explain:
-            explain[episode_id] = {
-                "source": "hot",
-                "best_turn_id": turn_id,
-                "vector_rank": item.ranks.get("vector"),
-                "text_rank": item.ranks.get("text"),
-                "rrf": item.score,
-            }
-    return per_episode, explain
 
 
 def _archive_lists(
@@ -244,27 +209,6 @@ def _archive_lists(
         k=k,
         raw_turns=_settings(tenant).search_packed_turns,
     )
-
-
-def _fuse_archive(lists: Lists, weights: RetrievalWeights) -> dict[int, tuple[float, dict[str, Any]]]:
-    vector_hits, text_hits = lists
-    fused = weighted_rrf(
-        {"vector": [e for e, _ in vector_hits], "text": [e for e, _ in text_hits]},
-        {"vector": weights.vector, "text": weights.text},
-        k=weights.k,
-    )
-    return {
-        int(item.key): (  # type: ignore[call-overload]
-            item.score,
-            {
-                "source": "postgres",
-                "vector_rank": item.ranks.get("vector"),
-                "text_rank": item.ranks.get("text"),
-                "rrf": item.score,
-            },
-        )
-        for item in fused
-    }
 
 
 def record_access(

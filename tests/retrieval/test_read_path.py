@@ -295,7 +295,11 @@ def test_the_all_words_pass_ranks_at_most_its_cap_of_matches(caller, monkeypatch
 def test_search_reads_its_settings_from_the_tenants_policy(caller):
     from lifecycle.models import MemoryPolicy
     from memory_platform.tenancy.models import Tenant
-    from retrieval.services import activation_limit, default_weights
+    from retrieval.ranking import tenant_weights
+    from retrieval.services import _settings, activation_limit
+
+    def default_weights(tenant):
+        return tenant_weights(_settings(tenant))
 
     MemoryPolicy.objects.filter(tenant=caller.tenant).delete()
     weights = default_weights(Tenant.objects.get(pk=caller.tenant.pk))  # created with the defaults
@@ -308,8 +312,6 @@ def test_search_reads_its_settings_from_the_tenants_policy(caller):
     tenant = Tenant.objects.get(pk=caller.tenant.pk)
     weights = default_weights(tenant)
     assert (weights.vector, weights.text, weights.k, activation_limit(tenant)) == (0.4, 0.6, 20, 7)
-    from retrieval.services import _settings
-
     assert _settings(tenant).search_packed_turns is False
 
 

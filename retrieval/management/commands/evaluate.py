@@ -43,7 +43,7 @@ class Command(BaseCommand):
         if opts["weights"]:
             import dataclasses
 
-            from retrieval.services import platform_weights
+            from retrieval.ranking import platform_weights
 
             try:
                 v, t, k = opts["weights"].split(",")
