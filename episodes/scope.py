@@ -73,10 +73,6 @@ class Scope:
             if f.name not in ("layers", "states", "all_tags")
         )
 
-    def is_empty(self) -> bool:
-        """Whether it names nothing at all: every visible episode of the tenant."""
-        return self.replace(all_tags=False) == Scope()
-
     @property
     def visible_states(self) -> tuple[str, ...]:
         """The states it keeps, spelled out."""
