@@ -251,8 +251,14 @@ def priority_terms(
 
 
 def priority(stats: EpisodeStats, policy: Policy, now: datetime, relevance: float | None = None) -> float:
-    """recency (0-0.3) + frequency (0-0.2) + anchor (0.3) + relevance (0-0.2), bounded to [0, 1]."""
-    return min(PRIORITY_MAX, max(0.0, sum(priority_terms(stats, policy, now, relevance).values())))
+    """recency (0-0.3) + frequency (0-0.2) + anchor (0.3) + relevance (0-0.2) with the default
+    weights, bounded to [0, 1]."""
+    return priority_of(priority_terms(stats, policy, now, relevance))
+
+
+def priority_of(terms: dict[str, float]) -> float:
+    """The priority its terms (``priority_terms``) add up to, bounded to [0, 1]."""
+    return min(PRIORITY_MAX, max(0.0, sum(terms.values())))
 
 
 def priority_layer(

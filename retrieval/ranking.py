@@ -171,9 +171,8 @@ def rerank(
     out = []
     for episode_id, row in ranked.items():
         rel = relevance[episode_id] / top  # 0-1
-        stats = stats_of(row)
-        terms = scoring.priority_terms(stats, policy, now, relevance=rel)
-        priority = scoring.priority(stats, policy, now, relevance=rel)
+        terms = scoring.priority_terms(stats_of(row), policy, now, relevance=rel)
+        priority = scoring.priority_of(terms)
         score = relevance[episode_id] * (1.0 + weights.priority * priority)
         parts = {k: v for k, v in terms.items() if k != "relevance"}
         out.append((episode_id, score, {**parts, "relevance": rel, "priority": priority}))
