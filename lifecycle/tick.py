@@ -166,6 +166,7 @@ def tick_run(
         run.errors = [{"step": "lock", "episode": None, "error": "another tick of this tenant is running"}]
         _finish(run, started)
         return run
+    _close_interrupted(tenant, run)
     tick = Tick(tenant=tenant, policy=policy, now=now, run=run, hook=hook)
     try:
         for step in STEPS:
@@ -188,6 +189,23 @@ def tick_run(
         run.errors = tick.errors
         _finish(run, started)
     return run
+
+
+def _close_interrupted(tenant: Tenant, current: TickRun) -> int:
+    """Close the runs a killed process left `running`. Called with the tenant's tick lock held, so
+    no other tick of the tenant is running: any other `running` record is one whose process died
+    (its lock went with its connection)."""
+    return (
+        TickRun.objects.filter(tenant=tenant, status=TickRun.Status.RUNNING)
+        .exclude(pk=current.pk)
+        .update(
+            status=TickRun.Status.FAILED,
+            finished_at=timezone.now(),
+            errors=[
+                {"step": "tick", "episode": None, "error": "interrupted: the process running it stopped"}
+            ],
+        )
+    )
 
 
 def _finish(run: TickRun, started: float) -> None:

@@ -222,12 +222,15 @@ def record_access(
 
 
 # --- shaping ---------------------------------------------------------------------------------------
-def search_shaped(*, tenant: Tenant, query: SearchQuery, now: datetime) -> dict[str, Any]:
-    """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``); ``depth=deep``
-    unpacks the warm and cold hits first."""
+def search_shaped(
+    *, tenant: Tenant, query: SearchQuery, now: datetime, may_unpack: bool = True
+) -> dict[str, Any]:
+    """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``). ``depth=deep``
+    shows every hit whole and, when ``may_unpack`` (a key with the write scope), unpacks the warm
+    and cold hits (back to hot); without it they are read whole where they are."""
     result = search(tenant=tenant, query=query, now=now)
     deep = query.depth == "deep"
-    if deep:
+    if deep and may_unpack:
         for hit in result.hits:
             if hit.episode.layer != Layer.HOT:
                 unpack(tenant=tenant, episode_id=hit.episode.pk, now=now, record=False)

@@ -57,8 +57,15 @@ def _clean_redis():
 class Caller:
     """A tenant with a key and an API client that sends it."""
 
-    def __init__(self, name: str, scopes: tuple[str, ...] = ("read", "write"), embedder: str | None = None):
-        self.tenant = tenant_create(name=name, embedder=embedder)
+    def __init__(
+        self,
+        name: str,
+        scopes: tuple[str, ...] = ("read", "write"),
+        embedder: str | None = None,
+        tenant=None,
+    ):
+        """A new tenant called ``name``, or another key of ``tenant``."""
+        self.tenant = tenant or tenant_create(name=name, embedder=embedder)
         self.key, self.secret = api_key_create(tenant=self.tenant, name=f"{name} key", scopes=scopes)
         self.client = APIClient()
         self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.secret}")

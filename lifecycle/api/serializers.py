@@ -6,7 +6,9 @@ from rest_framework import serializers
 
 from memory_platform.api.serializers import StrictSerializer, scope_field
 
-FILTER_FIELDS = ("kind", "user_id", "agent_id", "session_id", "tags", "layer", "older_than", "anchor")
+#: What names whose or which memories to forget; `layer`, `older_than` and `anchor` only narrow
+#: such a choice (alone they would select nearly everything).
+SCOPE_FIELDS = ("kind", "user_id", "agent_id", "session_id", "tags")
 
 
 class ForgetInSerializer(StrictSerializer):
@@ -34,14 +36,21 @@ class ForgetInSerializer(StrictSerializer):
         help_text="forget episodes whose FSRS-6 retrievability is below this now (never anchors)",
     )
     dry_run = serializers.BooleanField(required=False, default=False)
+    all = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="forget every memory the other fields leave (say so on purpose)",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        named = [name for name in FILTER_FIELDS if attrs.get(name) not in (None, "", [])]
-        if not named and "retrievability_below" not in attrs:
+        named = [name for name in SCOPE_FIELDS if attrs.get(name) not in (None, "", [])]
+        if not named and "retrievability_below" not in attrs and not attrs["all"]:
             raise serializers.ValidationError(
                 {
                     "non_field_errors": [
-                        "give a filter or retrievability_below: an empty filter would forget everything"
+                        "name whose memories to forget (user_id, agent_id, session_id, kind or tags) or "
+                        "give retrievability_below; to forget everything layer, older_than and anchor "
+                        'leave, send "all": true (try "dry_run": true first)'
                     ]
                 }
             )

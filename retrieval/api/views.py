@@ -26,13 +26,13 @@ class MemoryDetailView(TenantAPIView):
     @extend_schema(
         parameters=[OpenApiParameter("depth", str, enum=["shallow", "deep"])],
         responses={200: dict},
-        summary="Read one memory in its layer's shape (deep: unpacked, back to hot)",
+        summary="Read one memory in its layer's shape (deep: whole; a write key also unpacks it to hot)",
     )
     def get(self, request: Request, episode_id: int) -> Response:
         depth = request.query_params.get("depth", "shallow")
         if depth not in {"shallow", "deep"}:
             raise ValidationError({"depth": ["must be 'shallow' or 'deep'"]})
-        if depth == "deep":
+        if depth == "deep" and self.api_key.has_scope("write"):
             try:
                 return Response(unpack(tenant=self.tenant, episode_id=episode_id, now=timezone.now()))
             except EpisodeNotFound:
@@ -40,7 +40,8 @@ class MemoryDetailView(TenantAPIView):
         episode = selectors.episode_get(tenant=self.tenant, episode_id=episode_id)
         if episode is None:
             raise not_found(episode_id)
-        return Response(selectors.episode_detail(tenant=self.tenant, episode=episode))
+        # A read key reads a packed episode whole where it is: moving it would be a write.
+        return Response(selectors.episode_detail(tenant=self.tenant, episode=episode, deep=depth == "deep"))
 
     @extend_schema(responses={200: dict}, summary="Soft forget (restorable for the grace period)")
     def delete(self, request: Request, episode_id: int) -> Response:
@@ -82,7 +83,9 @@ class SearchView(TenantAPIView):
             record_access=False,
         )
         now = timezone.now()
-        body = services.search_shaped(tenant=self.tenant, query=query, now=now)
+        body = services.search_shaped(
+            tenant=self.tenant, query=query, now=now, may_unpack=self.api_key.has_scope("write")
+        )
         # The accesses are queued and written in the background, many searches per statement.
         usage.recorder.add(self.tenant.id, [hit["episode_id"] for hit in body["results"]], now)
         return Response(body)

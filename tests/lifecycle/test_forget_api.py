@@ -79,8 +79,25 @@ def test_forget_older_than_and_by_layer(provided, memories):
         last_occurred_at=timezone.now() - timedelta(days=400),
     )
     cutoff = (timezone.now() - timedelta(days=30)).isoformat()
-    body = provided.post("/api/v1/forget", {"older_than": cutoff, "layer": "hot", "dry_run": True}).json()
+    body = provided.post(
+        "/api/v1/forget", {"older_than": cutoff, "layer": "hot", "all": True, "dry_run": True}
+    ).json()
     assert body["ids"] == [memories["flight"]]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{"layer": "hot"}, {"older_than": "9999-01-01T00:00:00Z"}, {"anchor": False}, {"all": False}],
+)
+def test_narrowing_fields_alone_do_not_name_what_to_forget(provided, memories, payload):
+    """Hardening finding 7: each of these selected every memory, with no cap."""
+    before = snapshot(provided.tenant)
+    response = provided.post("/api/v1/forget", payload)
+    assert response.status_code == 400
+    assert '"all": true' in response.json()["error"]["details"]["non_field_errors"][0]
+    assert snapshot(provided.tenant) == before
+    everything = provided.post("/api/v1/forget", {**payload, "all": True, "dry_run": True}).json()
+    assert everything["dry_run"] and everything["count"] >= 1
 
 
 def test_forget_by_retrievability_below_a_threshold(provided, memories):

@@ -20,6 +20,7 @@ from lifecycle.compression import WarmShape, warm_points_for_age
 from lifecycle.models import Candidate, JournalEntry, TickRun, policy_for
 from lifecycle.tasks import schedule_ticks, tick_tenant
 from lifecycle.tick import TickInterrupted, tick_run
+from memory_platform.tenancy.models import Tenant
 from retrieval.services import record_access
 from tests.conftest import Caller
 
@@ -464,3 +465,19 @@ def test_packing_leaves_nothing_pending_in_the_full_text_indexes_search_reads(pr
         for index in ("turn_packed_search_vector", "episode_packed_search_vector"):
             cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [index])
             assert cursor.fetchone()[0] == 0, index  # pages merged now: none were pending
+
+
+def test_a_run_left_running_by_a_killed_process_is_closed_by_the_next(provided):
+    """Hardening finding 10: a killed tick left its record `running` forever."""
+    tenant = provided.tenant
+    stuck = TickRun.objects.create(tenant=tenant, now_used=NOW, status=TickRun.Status.RUNNING)
+    other = TickRun.objects.create(
+        tenant=Tenant.objects.create(name="someone-else"), now_used=NOW, status=TickRun.Status.RUNNING
+    )
+    run = tick_run(tenant=tenant, now=NOW)
+    stuck.refresh_from_db()
+    assert run.status == TickRun.Status.SUCCEEDED
+    assert stuck.status == TickRun.Status.FAILED and stuck.finished_at is not None
+    assert "interrupted" in stuck.errors[0]["error"]
+    other.refresh_from_db()
+    assert other.status == TickRun.Status.RUNNING  # another tenant's run is that tenant's tick's to judge
