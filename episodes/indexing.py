@@ -26,14 +26,15 @@ def _normalise(vector: np.ndarray) -> np.ndarray:
     return vector / norm if norm > 0 else vector
 
 
-def episodes_index_hot(episode_ids: Sequence[int]) -> int:
-    """Index hot episodes (and their turns) in Redis from Postgres; clear their reindex mark.
+def episodes_index_hot(tenant_id: Any, episode_ids: Sequence[int]) -> int:
+    """Index the tenant's hot episodes among ``episode_ids`` (and their turns) in Redis from
+    Postgres; clear their reindex mark.
 
     Turns still lacking an embedding (async ingest) are embedded first. Raises on Redis errors.
     """
     store = hot_store()
     episodes = list(
-        Episode.objects.filter(pk__in=episode_ids, layer=Layer.HOT)
+        Episode.objects.filter(tenant_id=tenant_id, pk__in=list(episode_ids), layer=Layer.HOT)
         .exclude(state=State.FORGOTTEN)
         .select_related("tenant")
     )
@@ -140,7 +141,7 @@ def rebuild_hot(*, tenant: Tenant | None = None, batch: int = 200, progress: Any
             .values_list("pk", flat=True)
         )
         for start in range(0, len(ids), batch):
-            total += episodes_index_hot(ids[start : start + batch])
+            total += episodes_index_hot(t.pk, ids[start : start + batch])
             if progress:
                 progress(t, min(start + batch, len(ids)), len(ids))
     if tenant is None:

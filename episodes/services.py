@@ -118,7 +118,7 @@ def turns_ingest(
         if asynchronous:
             transaction.on_commit(lambda: _enqueue_index(tenant, episode_ids, result))
         else:
-            transaction.on_commit(lambda: _index_now(episode_ids, result))
+            transaction.on_commit(lambda: _index_now(tenant, episode_ids, result))
     return result
 
 
@@ -273,9 +273,9 @@ def _merge(old: list[str], new: list[str], limit: int) -> list[str]:
     return out[:limit]
 
 
-def _index_now(episode_ids: list[int], result: IngestResult) -> None:
+def _index_now(tenant: Tenant, episode_ids: list[int], result: IngestResult) -> None:
     try:
-        episodes_index_hot(episode_ids)
+        episodes_index_hot(tenant.pk, episode_ids)
         result.indexed = True
     except HotUnavailable as exc:
         # The write is durable; the episodes keep needs_reindex=True and `rebuild_hot` (or the
@@ -287,7 +287,9 @@ def _enqueue_index(tenant: Tenant, episode_ids: list[int], result: IngestResult)
     from django_q.tasks import async_task
 
     try:
-        async_task("episodes.tasks.index_episodes", episode_ids, group=f"index:{tenant.id}")
+        async_task(
+            "episodes.tasks.index_episodes", episode_ids, tenant_id=str(tenant.id), group=f"index:{tenant.id}"
+        )
         result.queued = True
     except HotUnavailable as exc:
         logger.warning("could not queue indexing (%s); episodes stay marked for re-indexing", exc)
@@ -345,7 +347,7 @@ def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Epis
             embedding=vector,
         )
         result = IngestResult(turns=[], episode_ids=[episode.pk])
-        transaction.on_commit(lambda: _index_now([episode.pk], result))
+        transaction.on_commit(lambda: _index_now(tenant, [episode.pk], result))
     return episode
 
 
@@ -366,10 +368,10 @@ def _bump(episode: Episode, **fields: Any) -> None:
         setattr(episode, name, value)
 
 
-def _reindex_after_commit(episode_id: int) -> None:
+def _reindex_after_commit(tenant: Tenant, episode_id: int) -> None:
     def run() -> None:
         try:
-            episodes_index_hot([episode_id])
+            episodes_index_hot(tenant.pk, [episode_id])
         except HotUnavailable as exc:
             logger.warning(
                 "hot index unavailable; episode %s stays marked for re-indexing: %s", episode_id, exc
@@ -405,7 +407,7 @@ def episode_restore(
             needs_reindex=episode.layer == Layer.HOT,
         )
         if episode.layer == Layer.HOT:
-            _reindex_after_commit(episode.pk)
+            _reindex_after_commit(tenant, episode.pk)
     return episode
 
 

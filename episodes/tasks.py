@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
 from .indexing import episodes_index_hot
 from .models import Episode
 
 
-def index_episodes(episode_ids: list[int]) -> int:
-    return episodes_index_hot(episode_ids)
+def index_episodes(episode_ids: list[int], tenant_id: str | None = None) -> int:
+    """Index a tenant's episodes after an async ingest. (Tasks queued by versions before the
+    tenant was passed carry none: their episodes are indexed tenant by tenant.)"""
+    if tenant_id is not None:
+        return episodes_index_hot(tenant_id, episode_ids)
+    return _index_by_tenant(Episode.objects.filter(pk__in=episode_ids).values_list("tenant_id", "pk"))
 
 
 def repair_hot_index(limit: int = 500) -> int:
-    """Index episodes whose hot write was missed (Redis was down)."""
-    ids = list(Episode.objects.filter(needs_reindex=True, layer="hot").values_list("pk", flat=True)[:limit])
-    return episodes_index_hot(ids) if ids else 0
+    """Index episodes whose hot write was missed (Redis was down), tenant by tenant."""
+    marked = Episode.objects.filter(needs_reindex=True, layer="hot").values_list("tenant_id", "pk")[:limit]
+    return _index_by_tenant(marked)
+
+
+def _index_by_tenant(rows: Iterable[tuple[Any, int]]) -> int:
+    by_tenant: dict[Any, list[int]] = defaultdict(list)
+    for tenant_id, pk in rows:
+        by_tenant[tenant_id].append(pk)
+    return sum(episodes_index_hot(tenant_id, ids) for tenant_id, ids in by_tenant.items())

@@ -9,6 +9,7 @@ each side right: no episode is ever left in Redis while Postgres says it is warm
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.db.models import Q
 
@@ -36,15 +37,15 @@ def hot_remove_packed(episode: Episode) -> bool:
     return True
 
 
-def sync_episode(episode_id: int) -> bool:
-    """Make Redis hold exactly what Postgres says about one episode (after a commit)."""
-    episode = Episode.objects.filter(pk=episode_id).select_related("tenant").first()
+def sync_episode(tenant_id: Any, episode_id: int) -> bool:
+    """Make Redis hold exactly what Postgres says about one of the tenant's episodes (after a commit)."""
+    episode = Episode.objects.filter(tenant_id=tenant_id, pk=episode_id).select_related("tenant").first()
     if episode is None:
         return True
     if not _is_live_hot(episode):
         return hot_remove_packed(episode)
     try:
-        episodes_index_hot([episode.pk])
+        episodes_index_hot(tenant_id, [episode.pk])
         return True
     except HotUnavailable as exc:
         logger.warning("hot index unavailable; episode %s stays marked for re-indexing: %s", episode.pk, exc)
@@ -85,7 +86,7 @@ def hot_repair(*, tenant: Tenant, limit: int = 10_000) -> dict[str, int]:
     with_vector = set(live.filter(embedding__isnull=False).values_list("pk", flat=True))
     to_index = sorted((with_vector - in_redis) | {pk for pk, marked in live_hot.items() if marked})
     if to_index:
-        indexed = episodes_index_hot(to_index)
+        indexed = episodes_index_hot(tenant.pk, to_index)
     return {"removed": removed, "indexed": indexed}
 
 

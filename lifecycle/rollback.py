@@ -71,7 +71,7 @@ def _rollback(entry: JournalEntry, now: datetime, actor: str) -> list[JournalEnt
         actor=actor or "service",
     )
     # Re-index a hot episode whole (its state tag too), or take a packed one out of Redis.
-    transaction.on_commit(lambda: sync_episode(episode.pk))
+    transaction.on_commit(lambda: sync_episode(episode.tenant_id, episode.pk))
     return undone
 
 

@@ -105,7 +105,7 @@ def episode_pin(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime,
                     actor=actor,
                 )
                 if episode.layer == Layer.HOT:  # its documents carry the anchor tag
-                    transaction.on_commit(lambda: sync_episode(episode.pk))
+                    transaction.on_commit(lambda: sync_episode(tenant.pk, episode.pk))
     episode.refresh_from_db()
     return episode
 

@@ -91,10 +91,12 @@ def journal(
     )
 
 
-def _sync_after_commit(move: Move, episode_id: int) -> None:
+def _sync_after_commit(move: Move, episode: Episode) -> None:
+    tenant_id, episode_id = episode.tenant_id, episode.pk
+
     def sync() -> None:
         move.at(f"moved:{episode_id}")
-        sync_episode(episode_id)
+        sync_episode(tenant_id, episode_id)
 
     transaction.on_commit(sync)
 
@@ -133,7 +135,7 @@ def promote(
         AccessWindow.objects.filter(episode=episode).delete()
         after = {"layer": Layer.HOT, "from": previous, "restored_at": move.now, "reason": reason, **also}
         journal(move, episode, PROMOTE_ACTIONS[reason], before, {**after, **(note or {})})
-        _sync_after_commit(move, episode.pk)
+        _sync_after_commit(move, episode)
     return True
 
 
@@ -210,4 +212,4 @@ def revert(episode: Episode, fields: Mapping[str, Any], *, on_commit_sync: bool 
             version=F("version") + 1, **fields
         )
     if on_commit_sync:
-        transaction.on_commit(lambda: sync_episode(episode.pk))
+        transaction.on_commit(lambda: sync_episode(episode.tenant_id, episode.pk))

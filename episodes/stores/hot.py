@@ -132,6 +132,16 @@ class HotStore:
         if name in self._ensured:
             return name
         algorithm = str(memory_settings.HOT_INDEX_ALGORITHM).upper()
+        for outdated in (
+            keys.index_name(tenant_hex, a, base) for base in keys.OUTDATED_BASES for a in keys.ALGORITHMS
+        ):
+            # Its documents hold values this version cannot filter: they go with it, and the
+            # tenant is indexed again from Postgres (`rebuild_hot`, or the next tick's repair).
+            try:
+                self.client.execute_command("FT.DROPINDEX", outdated, "DD")
+            except redis.ResponseError:
+                continue  # no such index
+            logger.warning("dropped outdated hot index %s; run `manage.py rebuild_hot`", outdated)
         stale = [keys.index_name(tenant_hex, a) for a in keys.ALGORITHMS if a != algorithm]
         if not self._legacy_dropped:
             stale += list(keys.LEGACY_INDEXES)
@@ -172,6 +182,11 @@ class HotStore:
                 return
             time.sleep(0.02)
 
+    def outdated_indexes(self) -> list[str]:
+        """Indexes of earlier versions still in Redis (``keys.OUTDATED_BASES``)."""
+        names = [_text(name) for name in self.client.execute_command("FT._LIST")]
+        return [name for name in names if name.startswith(keys.OUTDATED_BASES)]
+
     def backfill_done(self) -> None:
         """Every tenant's documents are indexed again (a full rebuild): new tenant indexes need
         not scan the keyspace any more."""
@@ -189,15 +204,15 @@ class HotStore:
         self.ensure_index(tenant_hex)
         base: dict[str, Any] = {
             "tenant": tenant_hex,
-            "user_id": episode.user_id,
-            "agent_id": episode.agent_id,
-            "session_id": episode.session_id,
-            "kind": episode.kind,
+            "user_id": keys.exact(episode.user_id),
+            "agent_id": keys.exact(episode.agent_id),
+            "session_id": keys.exact(episode.session_id),
+            "kind": keys.exact(episode.kind),
             "layer": "hot",
             "state": episode.state,
             "episode": str(episode.pk),
             "anchor": "1" if episode.anchor else "0",
-            "tags": ",".join(episode.tags),
+            "tags": ",".join(keys.exact(tag) for tag in episode.tags),
         }
         written = 0
         pipe = self.client.pipeline(transaction=False)
@@ -246,7 +261,8 @@ class HotStore:
     def drop_tenant(self, tenant_hex: str) -> int:
         """Remove the tenant's documents and its index (the index first: deleting documents from
         a live index costs an index update each)."""
-        for name in (keys.index_name(tenant_hex, a) for a in keys.ALGORITHMS):
+        bases = (keys.INDEX_BASE, *keys.OUTDATED_BASES)
+        for name in (keys.index_name(tenant_hex, a, base) for base in bases for a in keys.ALGORITHMS):
             with contextlib.suppress(redis.ResponseError):
                 self.client.execute_command("FT.DROPINDEX", name)
             self._ensured.discard(name)
@@ -269,14 +285,14 @@ class HotStore:
         for name in OWNER_FIELDS:
             value = getattr(scope, name)
             if value is not None:
-                expr &= Tag(name) == value
+                expr &= Tag(name) == keys.exact(value)
         if scope.kinds:
-            expr &= Tag("kind") == list(scope.kinds)
+            expr &= Tag("kind") == [keys.exact(kind) for kind in scope.kinds]
         if scope.tags and scope.all_tags:
             for tag in scope.tags:
-                expr &= Tag("tags") == tag
+                expr &= Tag("tags") == keys.exact(tag)
         elif scope.tags:
-            expr &= Tag("tags") == list(scope.tags)
+            expr &= Tag("tags") == [keys.exact(tag) for tag in scope.tags]
         if scope.episode_ids:
             expr &= Tag("episode") == [str(e) for e in scope.episode_ids]
         if scope.states:

@@ -6,8 +6,12 @@ share a cluster slot and tenants can be spread over a Redis Cluster (DESIGN §1)
 
 from __future__ import annotations
 
-INDEX_BASE = "mp:idx:hot:v2"
+INDEX_BASE = "mp:idx:hot:v3"
 ALGORITHMS = ("FLAT", "HNSW")
+# Per-tenant indexes of earlier versions whose documents hold tag values this version does not
+# filter correctly (raw, not `exact`): dropped with their documents when found; `rebuild_hot`
+# (make run does it on start) indexes the tenants again from Postgres.
+OUTDATED_BASES = ("mp:idx:hot:v2",)
 # Earlier hot indexes: one shared by every tenant (v1), under three names over the years. Dropped
 # when found (their documents stay and are indexed again by the tenants' own indexes).
 LEGACY_INDEXES = ("mp:idx:hot:v1", "mp:idx:hot:v1:flat", "mp:idx:hot:v1:hnsw")
@@ -18,9 +22,20 @@ LEGACY_INDEXES = ("mp:idx:hot:v1", "mp:idx:hot:v1:flat", "mp:idx:hot:v1:hnsw")
 BACKFILL_MARKER = "mp:meta:hot-index-backfill"
 
 
-def index_name(tenant_hex: str, algorithm: str) -> str:
+def index_name(tenant_hex: str, algorithm: str, base: str = INDEX_BASE) -> str:
     """One index per tenant and vector algorithm; switching algorithms drops the other (docs stay)."""
-    return f"{INDEX_BASE}:{algorithm.lower()}:{tenant_hex}"
+    return f"{base}:{algorithm.lower()}:{tenant_hex}"
+
+
+#: Tag fields whose values callers name. RediSearch lowercases tag values and splits them at a
+#: separator, so "ALICE" would match "alice" and a tag "red,blue" would match "red". Their values
+#: are stored and queried `exact`: no letter case, no separator, no character a query must escape.
+EXACT_FIELDS = ("user_id", "agent_id", "session_id", "kind", "tags")
+
+
+def exact(value: str) -> str:
+    """A caller's tag value as the index holds it: "x" and its UTF-8 bytes in hex."""
+    return "x" + value.encode().hex()
 
 
 DOC_TURN = "turn"

@@ -110,3 +110,20 @@ def test_by_id_reads_carry_the_tenant(caller, outsider):
     assert set(rows.turn_similarities(caller.tenant, [episode_id], vector)) == {episode_id}
     uses = {(outsider.tenant.pk, episode_id): rows.Use(accesses=1, traversals=0, at=timezone.now())}
     assert rows.uses_add(uses) == 0  # the outsider's tenant id with our episode id matches no row
+
+
+def test_internal_by_id_work_carries_the_tenant_too(caller, outsider):
+    """Indexing and Redis sync take the tenant with the ids: another tenant's id does nothing."""
+    from episodes.indexing import episodes_index_hot
+    from episodes.tasks import index_episodes
+    from lifecycle.hotsync import sync_episode
+
+    episode_id = caller.post("/api/v1/memories", {"text": "the ledger is blue"}).json()["id"]
+    hot_store().remove_episode(caller.tenant.id.hex, episode_id, [])
+    assert episodes_index_hot(outsider.tenant.pk, [episode_id]) == 0
+    assert index_episodes([episode_id], tenant_id=str(outsider.tenant.pk)) == 0
+    assert sync_episode(outsider.tenant.pk, episode_id)  # nothing of the outsider's to sync
+    assert episode_id not in hot_store().episode_ids(caller.tenant.id.hex)
+    assert hot_store().episode_ids(outsider.tenant.id.hex) == set()
+    assert episodes_index_hot(caller.tenant.pk, [episode_id]) == 1
+    assert episode_id in hot_store().episode_ids(caller.tenant.id.hex)

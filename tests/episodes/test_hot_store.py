@@ -322,3 +322,34 @@ def test_collecting_garbage_takes_removed_documents_out_of_bm25s_statistics(prov
     ours, expected = scores(tenant_hex), scores(fresh.tenant.id.hex)
     assert len(ours) == len(expected) == 8
     assert all(e <= o < 2 * e for o, e in zip(ours, expected, strict=True))
+
+
+def test_an_outdated_index_is_replaced_and_its_tenant_indexed_again(caller):
+    """Indexes of the version before exact tag values hold raw values: `rebuild_hot --if-outdated`
+    (make run's start) drops them with their documents and indexes the tenants from Postgres."""
+    from django.core.management import call_command
+    from redis.commands.search.index_definition import IndexDefinition
+    from redisvl.schema import IndexSchema
+
+    from episodes.stores import keys
+
+    episode_id = caller.post("/api/v1/memories", {"text": "old format", "user_id": "Alice"}).json()["id"]
+    store = hot_store()
+    tenant_hex = caller.tenant.id.hex
+    store.drop_tenant(tenant_hex)
+    old_name = keys.index_name(tenant_hex, "FLAT", keys.OUTDATED_BASES[0])
+    schema = IndexSchema.from_dict(keys.hot_schema(tenant_hex, 384, "FLAT"))
+    store.client.ft(old_name).create_index(
+        fields=schema.redis_fields,
+        definition=IndexDefinition(prefix=[schema.index.prefix]),
+    )
+    store.client.hset(
+        keys.episode_key(tenant_hex, episode_id), mapping={"doctype": "episode", "user_id": "Alice"}
+    )
+    assert store.outdated_indexes() == [old_name]
+
+    call_command("rebuild_hot", if_outdated=True)
+    assert store.outdated_indexes() == []
+    assert store.episode_ids(tenant_hex, Scope(user_id="Alice")) == {episode_id}
+    assert store.episode_ids(tenant_hex, Scope(user_id="alice")) == set()
+    call_command("rebuild_hot", if_outdated=True)  # nothing outdated: nothing to do

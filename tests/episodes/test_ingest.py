@@ -132,7 +132,7 @@ def test_async_ingest_is_durable_and_the_task_indexes(caller):
     episode_id = body["episode_ids"][0]
     assert Turn.objects.filter(pk=body["turns"][0]["id"]).exists()
     assert hot_store().episode_ids(caller.tenant.id.hex) == set()
-    index_episodes([episode_id])  # what the worker runs
+    index_episodes([episode_id], tenant_id=str(caller.tenant.id))  # what the worker runs
     assert hot_store().episode_ids(caller.tenant.id.hex) == {episode_id}
     assert Turn.objects.get(pk=body["turns"][0]["id"]).embedding is not None
 

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from episodes.indexing import rebuild_hot
+from episodes.stores.hot import hot_store
 from memory_platform.tenancy.models import Tenant
 
 
@@ -9,8 +10,20 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("--tenant", help="tenant name or id")
+        parser.add_argument(
+            "--if-outdated",
+            action="store_true",
+            help="only when Redis holds indexes of an earlier version (make run checks this on start)",
+        )
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
+        if opts["if_outdated"]:
+            outdated = hot_store().outdated_indexes()
+            if not outdated:
+                return
+            self.stdout.write(
+                f"the hot index changed format ({len(outdated)} outdated index(es)): rebuilding"
+            )
         tenant = None
         if opts["tenant"]:
             tenant = Tenant.objects.filter(name=opts["tenant"]).first()
