@@ -21,6 +21,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_BATCH_TURNS": 500,
     "MAX_METADATA_BYTES": 16_384,
     "MAX_SCOPE_CHARS": 200,
+    # deepest nesting a request body may have (metadata included); deeper is a 400
+    "MAX_JSON_DEPTH": 32,
     # segmentation (DESIGN §3)
     "EPISODE_GAP_SECONDS": 30 * 60,
     "EPISODE_SPLIT_SIMILARITY": 0.10,

@@ -230,7 +230,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["memory_platform.tenancy.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["memory_platform.tenancy.permissions.HasTenant"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["memory_platform.api.parsers.StrictJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "memory_platform.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,

@@ -1,5 +1,7 @@
 """Bad input gets a clear 4xx with the error envelope and writes nothing."""
 
+import json
+
 import pytest
 
 from episodes.models import Episode, Link, Turn
@@ -128,3 +130,45 @@ def test_linking_to_itself_is_400(provided):
     episode_id = provided.post("/api/v1/memories", {"text": "a", "vector": vector}).json()["id"]
     response = provided.post(f"/api/v1/memories/{episode_id}/links", {"target_id": episode_id})
     assert response.status_code == 400
+
+
+def _nested(depth):
+    value = {"leaf": 1}
+    for _ in range(depth):
+        value = {"n": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[" * 100_000 + "]" * 100_000,  # Python's decoder gives up with RecursionError
+        '{"turns": [{"role": "user", "text": "hi", "metadata": ' + json.dumps(_nested(950)) + "}]}",
+        '{"turns": [{"role": "user", "text": "hi", "metadata": ' + json.dumps(_nested(40)) + "}]}",
+        '{"turns": [{"role": "user", "text": "hi", "metadata": {"k\\u0000": 1}}]}',
+        '{"turns": [{"role": "user", "text": "hi", "metadata": {"k": "v\\u0000"}}]}',
+        '{"turns": [{"role": "user", "text": "nul \\u0000 here"}]}',
+        '{"turns": [{"role": "user", "text": "hi"}], "session_id": "s\\u0000"}',
+    ],
+    ids=[
+        "deep-array",
+        "deep-metadata-950",
+        "deep-metadata-40",
+        "nul-key",
+        "nul-value",
+        "nul-text",
+        "nul-scope",
+    ],
+)
+def test_deep_nesting_and_nul_characters_are_400_and_write_nothing(caller, body):
+    """Hardening finding 6: each of these was a 500 (or stored, then broke the admin page)."""
+    before = _counts()
+    response = caller.client.post("/api/v1/turns", body, content_type="application/json")
+    assert response.status_code == 400, response.content[:300]
+    assert response.json()["error"]["code"] == "parse_error"
+    assert _counts() == before
+
+
+def test_metadata_a_little_nested_is_still_fine(caller):
+    response = caller.post("/api/v1/turns", {"turns": [_good_turn(metadata=_nested(10))]})
+    assert response.status_code == 201, response.content
