@@ -138,6 +138,10 @@ class Episode(models.Model):
                 condition=_PACKED,
                 fastupdate=False,
             ),
+            # What the index repair drains and search checks for staleness: few rows, often none.
+            models.Index(
+                fields=["tenant"], name="episode_needs_reindex", condition=models.Q(needs_reindex=True)
+            ),
             HnswIndex(
                 name="episode_packed_embedding_hnsw",
                 fields=["embedding"],

@@ -19,8 +19,14 @@ def index_episodes(episode_ids: list[int], tenant_id: str | None = None) -> int:
 
 
 def repair_hot_index(limit: int = 500) -> int:
-    """Index episodes whose hot write was missed (Redis was down), tenant by tenant."""
-    marked = Episode.objects.filter(needs_reindex=True, layer="hot").values_list("tenant_id", "pk")[:limit]
+    """Index the hot episodes whose Redis write was missed (Redis was down or full), tenant by
+    tenant. Scheduled every minute (``lifecycle.tasks.schedule_ticks``): the task queue lives in
+    Redis too, so it runs again within a minute of Redis coming back."""
+    marked = (
+        Episode.objects.filter(needs_reindex=True, layer="hot")
+        .exclude(state="forgotten")
+        .values_list("tenant_id", "pk")[:limit]
+    )
     return _index_by_tenant(marked)
 
 

@@ -14,6 +14,7 @@ from .tick import tick_run
 
 SCHEDULE_PREFIX = "lifecycle.tick:"
 SELF_SCHEDULE = "lifecycle.schedule_ticks"
+REPAIR_SCHEDULE = "episodes.repair_hot_index"
 
 
 def tick_tenant(tenant_id: str) -> dict[str, Any]:
@@ -26,8 +27,9 @@ def tick_tenant(tenant_id: str) -> dict[str, Any]:
 
 def schedule_ticks() -> dict[str, int]:
     """Make the django-q2 schedules match the tenants: one tick schedule per active tenant at its
-    policy's `tick_interval_minutes`, none for others; and this function itself every 10 minutes,
-    so new tenants and edited intervals are picked up. Safe to call any number of times."""
+    policy's `tick_interval_minutes`, none for others; the hot index repair every minute; and this
+    function itself every 10 minutes, so new tenants and edited intervals are picked up. Safe to
+    call any number of times."""
     from django_q.models import Schedule
 
     created = updated = removed = 0
@@ -55,6 +57,15 @@ def schedule_ticks() -> dict[str, int]:
             updated += 1
     stale = Schedule.objects.filter(name__startswith=SCHEDULE_PREFIX).exclude(name__in=wanted)
     removed, _ = stale.delete()
+    Schedule.objects.get_or_create(
+        name=REPAIR_SCHEDULE,
+        defaults={
+            "func": "episodes.tasks.repair_hot_index",
+            "schedule_type": Schedule.MINUTES,
+            "minutes": 1,
+            "repeats": -1,
+        },
+    )
     Schedule.objects.get_or_create(
         name=SELF_SCHEDULE,
         defaults={

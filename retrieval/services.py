@@ -76,6 +76,8 @@ class SearchResult:
     degraded: bool
     took_ms: float
     query_vector: np.ndarray | None = None
+    #: Some of the tenant's hot episodes are not in the hot index yet (see `rows.hot_index_stale`).
+    stale: bool = False
 
     def ranked_items(self) -> list[tuple[str, int, float]]:
         """The ranked list as the evaluation counts it: one item per matched turn of a hot hit,
@@ -176,7 +178,11 @@ def search(
     if query.record_access and hits:
         record_access(tenant=tenant, episode_ids=[h.episode.pk for h in hits], now=now)
     return SearchResult(
-        hits=hits, degraded=degraded, took_ms=(time.perf_counter() - started) * 1000, query_vector=vector
+        hits=hits,
+        degraded=degraded,
+        took_ms=(time.perf_counter() - started) * 1000,
+        query_vector=vector,
+        stale=search_hot and not degraded and rows.hot_index_stale(tenant),
     )
 
 
@@ -237,6 +243,7 @@ def search_shaped(
     return {
         "results": _hit_bodies(tenant, result.hits, deep=deep),
         "degraded": result.degraded,
+        "stale": result.stale,
         "took_ms": round(result.took_ms, 2),
     }
 

@@ -123,6 +123,17 @@ def turn_similarities(
     return out
 
 
+def hot_index_stale(tenant: Tenant) -> bool:
+    """Whether some of the tenant's hot episodes wait to be (re-)indexed in Redis: a write that
+    missed it (Redis down or full), or one a moment old (partial index `episode_needs_reindex`)."""
+    row = db.fetch_one(
+        f"SELECT 1 FROM {EPISODES} WHERE tenant_id = %s AND needs_reindex AND layer = 'hot' "
+        "AND state <> %s LIMIT 1",
+        [tenant.pk, State.FORGOTTEN.value],
+    )
+    return row is not None
+
+
 class Use(NamedTuple):
     """Uses of one episode to add: accesses, link traversals, and the ``now`` of the latest."""
 

@@ -159,3 +159,35 @@ def test_redis_down_during_ingest_still_201_and_rebuild_hot_restores(provided):
     assert hot_store().episode_ids(provided.tenant.id.hex) == marked
     assert hot_store().count(provided.tenant.id.hex) == 20
     assert not Episode.objects.filter(tenant=provided.tenant, needs_reindex=True).exists()
+
+
+def test_turns_written_while_redis_was_down_heal_without_a_rebuild(provided):
+    """Hardening finding 3: 40 turns acknowledged during an outage stayed unfindable after Redis
+    came back (0 of 40 at +60 s) until someone ran rebuild_hot or the hourly tick did."""
+    from django_q.models import Schedule
+
+    from episodes.tasks import repair_hot_index
+    from lifecycle.tasks import schedule_ticks
+
+    server = settings.EMBEDDED_REDIS
+    vectors = unit_vectors(40, seed=5)
+    server.stop()
+    try:
+        assert provided.post("/api/v1/turns", {"turns": _batch(0, 40, "outage", vectors)}).status_code == 201
+    finally:
+        server.start()
+    get_redis().connection_pool.disconnect()
+
+    query = {"vector": vectors[7].tolist(), "layers": ["hot"]}
+    before = provided.post("/api/v1/search", query).json()
+    assert before["results"] == [] and before["stale"] is True and before["degraded"] is False
+
+    schedule_ticks()  # what make run does on start
+    repair = Schedule.objects.get(name="episodes.repair_hot_index")
+    assert (repair.func, repair.schedule_type, repair.minutes) == ("episodes.tasks.repair_hot_index", "I", 1)
+    assert repair_hot_index() >= 1  # what the worker runs every minute
+
+    after = provided.post("/api/v1/search", query).json()
+    assert after["stale"] is False
+    assert hot_store().count(provided.tenant.id.hex) == 40
+    assert after["results"] and after["results"][0]["layer"] == "hot"
