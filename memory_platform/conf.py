@@ -21,6 +21,11 @@ DEFAULTS: dict[str, Any] = {
     "MAX_BATCH_TURNS": 500,
     "MAX_METADATA_BYTES": 16_384,
     "MAX_SCOPE_CHARS": 200,
+    # rate limits (memory_platform.ratelimit), N/s or N/min: each API key (a tenant's `rate_limit`
+    # overrides it), a tenant's keys together, failed API-key and admin logins per client address
+    "RATE_LIMIT": "100/s",
+    "TENANT_RATE_LIMIT": "300/s",
+    "AUTH_FAILURE_LIMIT": "20/min",
     # deepest nesting a request body may have (metadata included); deeper is a 400
     "MAX_JSON_DEPTH": 32,
     # segmentation (DESIGN §3)

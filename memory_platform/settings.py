@@ -184,6 +184,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "memory_platform.tenancy.login_throttle.LoginThrottleMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -231,6 +232,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["memory_platform.tenancy.permissions.HasTenant"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["memory_platform.api.parsers.StrictJSONParser"],
+    "DEFAULT_THROTTLE_CLASSES": ["memory_platform.api.throttling.ApiKeyThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "memory_platform.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -279,12 +281,25 @@ def _hot_algorithm(name: str) -> str:
     return value
 
 
+def _rate(name: str) -> str:
+    from memory_platform.ratelimit import Rate
+
+    value = env.str(name).strip()
+    try:
+        return str(Rate.parse(value))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+
+
 _MEMORY_FROM_ENV = {
     "EMBEDDER": ("MEMORY_EMBEDDER", lambda name: env.str(name).strip()),
     "HOT_INDEX_ALGORITHM": ("MEMORY_HOT_INDEX_ALGORITHM", _hot_algorithm),
     "USAGE_FLUSH_SECONDS": ("MEMORY_USAGE_FLUSH_SECONDS", _float),
     "SEARCH_FEEDBACK_DOCS": ("MEMORY_SEARCH_FEEDBACK_DOCS", lambda name: _int(name, 0, minimum=0)),
     "SEARCH_FEEDBACK_WEIGHT": ("MEMORY_SEARCH_FEEDBACK_WEIGHT", _float),
+    "RATE_LIMIT": ("MEMORY_RATE_LIMIT", _rate),
+    "TENANT_RATE_LIMIT": ("MEMORY_TENANT_RATE_LIMIT", _rate),
+    "AUTH_FAILURE_LIMIT": ("MEMORY_AUTH_FAILURE_LIMIT", _rate),
 }
 MEMORY = {key: read(name) for key, (name, read) in _MEMORY_FROM_ENV.items() if env.str(name, default="")}
 

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 
 from memory_platform import db
 
+from .login_throttle import client_address, count_failure
 from .models import ApiKey, Tenant
 
 # last_used_at is informational: refresh it at most once a minute per key, so reads stay reads.
@@ -61,6 +62,10 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         secret = secret.strip()
         key = key_for(secret)
         if key is None:
+            # Guessing keys costs the guesser: past the failure limit an address waits.
+            wait = count_failure(client_address(request))
+            if wait is not None:
+                raise exceptions.Throttled(wait=wait, detail="too many invalid API keys from this address")
             raise exceptions.AuthenticationFailed("invalid or revoked API key")
         if key.has_expired:
             raise exceptions.AuthenticationFailed("expired API key")

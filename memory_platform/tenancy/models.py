@@ -12,12 +12,20 @@ from django.utils import timezone
 from rest_framework_api_key.models import AbstractAPIKey, BaseAPIKeyManager
 
 from memory_platform.conf import DEFAULTS, memory_settings
+from memory_platform.ratelimit import Rate
 
 SCOPES = ("read", "write", "admin")
 
 
 def default_embedder() -> str:
     return str(memory_settings.EMBEDDER)
+
+
+def validate_rate(value: str) -> None:
+    try:
+        Rate.parse(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 class Tenant(models.Model):
@@ -31,6 +39,14 @@ class Tenant(models.Model):
     )
     embedding_dim = models.PositiveIntegerField(default=DEFAULTS["EMBEDDING_DIM"], editable=False)
     is_active = models.BooleanField(default=True)
+    rate_limit = models.CharField(
+        max_length=20,
+        blank=True,
+        default="",
+        validators=[validate_rate],
+        help_text="Requests each of its API keys may make, N/s or N/min; empty: the platform's "
+        "MEMORY_RATE_LIMIT.",
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     class Meta:
