@@ -187,6 +187,15 @@ class HotStore:
         names = [_text(name) for name in self.client.execute_command("FT._LIST")]
         return [name for name in names if name.startswith(keys.OUTDATED_BASES)]
 
+    def drop_outdated(self) -> int:
+        """Drop every index of an earlier version with its documents, a deleted tenant's too."""
+        dropped = 0
+        for name in self.outdated_indexes():
+            with contextlib.suppress(redis.ResponseError):
+                self.client.execute_command("FT.DROPINDEX", name, "DD")
+                dropped += 1
+        return dropped
+
     def backfill_done(self) -> None:
         """Every tenant's documents are indexed again (a full rebuild): new tenant indexes need
         not scan the keyspace any more."""

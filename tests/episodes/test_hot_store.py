@@ -348,6 +348,10 @@ def test_an_outdated_index_is_replaced_and_its_tenant_indexed_again(caller):
     )
     assert store.outdated_indexes() == [old_name]
 
+    gone = keys.index_name("0" * 32, "FLAT", keys.OUTDATED_BASES[0])  # a deleted tenant's
+    store.client.ft(gone).create_index(
+        fields=schema.redis_fields, definition=IndexDefinition(prefix=["mp:{0}:"])
+    )
     call_command("rebuild_hot", if_outdated=True)
     assert store.outdated_indexes() == []
     assert store.episode_ids(tenant_hex, Scope(user_id="Alice")) == {episode_id}

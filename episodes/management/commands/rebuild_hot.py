@@ -24,6 +24,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"the hot index changed format ({len(outdated)} outdated index(es)): rebuilding"
             )
+            hot_store().drop_outdated()  # deleted tenants' too, which the rebuild below never visits
         tenant = None
         if opts["tenant"]:
             tenant = Tenant.objects.filter(name=opts["tenant"]).first()
