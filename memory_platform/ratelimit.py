@@ -52,16 +52,28 @@ def _wait(rate: Rate, window: int, now: float) -> float:
 def hit(bucket: str, rate: Rate, now: float) -> float | None:
     """Count a request in ``bucket``'s current window: the seconds to wait when it is over the
     rate, else None."""
-    key, window = _key(bucket, rate, now)
+    return hit_all([(bucket, rate)], now)
+
+
+def hit_all(buckets: list[tuple[str, Rate]], now: float) -> float | None:
+    """Count a request in each bucket, in one round trip: the longest wait of those over their
+    rate, else None."""
+    keys = [(_key(bucket, rate, now), rate) for bucket, rate in buckets]
     try:
         pipe = get_redis().pipeline(transaction=False)
-        pipe.incr(key)
-        pipe.expire(key, rate.seconds + 1)
-        count = int(pipe.execute()[0])
+        for (key, _), rate in keys:
+            pipe.incr(key)
+            pipe.expire(key, rate.seconds + 1)
+        counts = [int(c) for c in pipe.execute()[::2]]
     except (redis.RedisError, OSError) as exc:
-        logger.warning("rate limit %s not counted (Redis unreachable): %s", bucket, exc)
+        logger.warning("rate limits not counted (Redis unreachable): %s", exc)
         return None
-    return _wait(rate, window, now) if count > rate.count else None
+    waits = [
+        _wait(rate, window, now)
+        for ((_, window), rate), count in zip(keys, counts, strict=True)
+        if count > rate.count
+    ]
+    return max(waits) if waits else None
 
 
 def over(bucket: str, rate: Rate, now: float) -> float | None:

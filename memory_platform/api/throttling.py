@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
 from memory_platform.conf import memory_settings
-from memory_platform.ratelimit import Rate, hit
+from memory_platform.ratelimit import Rate, hit_all
 from memory_platform.tenancy.models import ApiKey
 
 
@@ -28,12 +28,7 @@ class ApiKeyThrottle(BaseThrottle):
         now = self.clock()
         per_key = Rate.parse(key.tenant.rate_limit or str(memory_settings.RATE_LIMIT))
         per_tenant = Rate.parse(str(memory_settings.TENANT_RATE_LIMIT))
-        waits = [
-            hit(f"key:{key.prefix}", per_key, now),
-            hit(f"tenant:{key.tenant_id}", per_tenant, now),
-        ]
-        found = [w for w in waits if w is not None]
-        self._wait = max(found) if found else None
+        self._wait = hit_all([(f"key:{key.prefix}", per_key), (f"tenant:{key.tenant_id}", per_tenant)], now)
         return self._wait is None
 
     def wait(self) -> float | None:
