@@ -24,7 +24,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import numpy as np
 from django.conf import settings
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 from episodes.indexing import turn_documents
@@ -305,8 +305,24 @@ def run_search_bench(
         # Dropped once every size is measured: deleting a loaded tenant sets autovacuum and
         # RediSearch's collector to work, which would slow the next size's measurements.
         for tenant in loaded:
-            tenant.delete()  # its hot documents and index go with it
+            _drop_tenant(tenant, log)
     return results
+
+
+def _drop_tenant(tenant: Tenant, log: Callable[[str], None], attempts: int = 6) -> None:
+    """Delete a loaded tenant (its hot documents and index go with it). Beside a running platform
+    its scheduled tick may hold the same rows, and the delete then deadlocks: wait and try again,
+    and in the end say what is left rather than lose the measurements."""
+    for attempt in range(attempts):
+        try:
+            tenant.delete()
+            return
+        except OperationalError as exc:
+            connection.close()  # the failed transaction's connection is not reused
+            wait = 2**attempt
+            log(f"  could not drop {tenant.name} yet ({str(exc).splitlines()[0]}); again in {wait} s")
+            time.sleep(wait)
+    log(f"  left tenant {tenant.name} in place: delete it in the admin")
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
