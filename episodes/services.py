@@ -352,8 +352,13 @@ def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Epis
 
 
 # --- managing episodes ----------------------------------------------------------------------------
-def _get_for_update(tenant: Tenant, episode_id: int, *, include_forgotten: bool = False) -> Episode:
-    qs = Episode.objects.select_for_update().filter(tenant=tenant, pk=episode_id)
+def episode_for_update(tenant: Tenant, episode_id: int, *, include_forgotten: bool = False) -> Episode:
+    """The tenant's episode, its row locked until the caller's transaction ends. Raises EpisodeNotFound."""
+    qs = (
+        Episode.objects.select_for_update(of=("self",))
+        .filter(tenant=tenant, pk=episode_id)
+        .select_related("tenant")
+    )
     if not include_forgotten:
         qs = qs.exclude(state=State.FORGOTTEN)
     episode = qs.first()
@@ -383,7 +388,7 @@ def _reindex_after_commit(tenant: Tenant, episode_id: int) -> None:
 def episode_forget(*, tenant: Tenant, episode_id: int, now: datetime) -> Episode:
     """Soft forget: out of Redis and every read at once; the row stays for the grace period."""
     with transaction.atomic():
-        episode = _get_for_update(tenant, episode_id)
+        episode = episode_for_update(tenant, episode_id)
         _bump(episode, state_before_forget=episode.state, state=State.FORGOTTEN, forgotten_at=now)
         transaction.on_commit(lambda: hot_remove(episode))
     return episode
@@ -394,7 +399,7 @@ def episode_restore(
 ) -> Episode:
     grace = timedelta(days=grace_days if grace_days is not None else int(memory_settings.PURGE_GRACE_DAYS))
     with transaction.atomic():
-        episode = _get_for_update(tenant, episode_id, include_forgotten=True)
+        episode = episode_for_update(tenant, episode_id, include_forgotten=True)
         if episode.state != State.FORGOTTEN:
             raise ConflictError("this memory is not forgotten")
         if episode.forgotten_at is not None and now - episode.forgotten_at > grace:
@@ -415,8 +420,8 @@ def link_create(*, tenant: Tenant, src_id: int, dst_id: int, kind: str, now: dat
     if src_id == dst_id:
         raise ValueError("an episode cannot link to itself")
     with transaction.atomic():
-        src = _get_for_update(tenant, src_id)
-        dst = _get_for_update(tenant, dst_id)
+        src = episode_for_update(tenant, src_id)
+        dst = episode_for_update(tenant, dst_id)
         link, created = Link.objects.get_or_create(
             tenant=tenant, src=src, dst=dst, kind=kind, defaults={"created_at": now}
         )
@@ -429,7 +434,7 @@ def link_create(*, tenant: Tenant, src_id: int, dst_id: int, kind: str, now: dat
 
 def link_delete(*, tenant: Tenant, src_id: int, dst_id: int, kind: str | None) -> int:
     with transaction.atomic():
-        _get_for_update(tenant, src_id)
+        episode_for_update(tenant, src_id)
         qs = Link.objects.filter(tenant=tenant, src_id=src_id, dst_id=dst_id)
         if kind:
             qs = qs.filter(kind=kind)

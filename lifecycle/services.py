@@ -13,8 +13,8 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import F
 
-from episodes.models import Episode, Layer, State
-from episodes.services import ConflictError, EpisodeNotFound
+from episodes.models import Episode, Layer
+from episodes.services import ConflictError, EpisodeNotFound, episode_for_update
 from memory_platform.tenancy.models import Tenant
 
 from . import moves, scoring, transitions
@@ -69,24 +69,11 @@ def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int
     return reviewed
 
 
-def _locked(tenant: Tenant, episode_id: int) -> Episode:
-    episode = (
-        Episode.objects.select_for_update()
-        .filter(tenant=tenant, pk=episode_id)
-        .exclude(state=State.FORGOTTEN)
-        .select_related("tenant")
-        .first()
-    )
-    if episode is None:
-        raise EpisodeNotFound(episode_id)
-    return episode
-
-
 def episode_pin(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime, actor: str) -> Episode:
     """Pin or unpin, journaled. A pinned episode never goes cold (seed 003 §4.6), so pinning a cold
     one brings it back to hot in the same move."""
     with transaction.atomic():
-        episode = _locked(tenant, episode_id)
+        episode = episode_for_update(tenant, episode_id)
         if episode.anchor != anchor:
             if anchor and episode.layer == Layer.COLD:
                 move = transitions.Move(now=now, actor=actor)
@@ -114,7 +101,7 @@ def episode_unpack(*, tenant: Tenant, episode_id: int, now: datetime, actor: str
     """Back to hot, whole (seed 001 re-actualisation); returns the episode and the layer it left.
     An episode already hot stays as it is."""
     with transaction.atomic():
-        episode = _locked(tenant, episode_id)
+        episode = episode_for_update(tenant, episode_id)
         previous = episode.layer
         if previous != Layer.HOT:
             transitions.promote(episode, reason="unpack", move=transitions.Move(now=now, actor=actor))

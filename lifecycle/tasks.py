@@ -57,22 +57,12 @@ def schedule_ticks() -> dict[str, int]:
             updated += 1
     stale = Schedule.objects.filter(name__startswith=SCHEDULE_PREFIX).exclude(name__in=wanted)
     removed, _ = stale.delete()
-    Schedule.objects.get_or_create(
-        name=REPAIR_SCHEDULE,
-        defaults={
-            "func": "episodes.tasks.repair_hot_index",
-            "schedule_type": Schedule.MINUTES,
-            "minutes": 1,
-            "repeats": -1,
-        },
-    )
-    Schedule.objects.get_or_create(
-        name=SELF_SCHEDULE,
-        defaults={
-            "func": "lifecycle.tasks.schedule_ticks",
-            "schedule_type": Schedule.MINUTES,
-            "minutes": 10,
-            "repeats": -1,
-        },
-    )
+    for name, func, minutes in (
+        (REPAIR_SCHEDULE, "episodes.tasks.repair_hot_index", 1),
+        (SELF_SCHEDULE, "lifecycle.tasks.schedule_ticks", 10),
+    ):
+        Schedule.objects.get_or_create(
+            name=name,
+            defaults={"func": func, "schedule_type": Schedule.MINUTES, "minutes": minutes, "repeats": -1},
+        )
     return {"created": created, "updated": updated, "removed": removed}
