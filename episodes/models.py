@@ -15,6 +15,13 @@ from memory_platform.conf import DEFAULTS
 from memory_platform.tenancy.models import Tenant
 
 EMBEDDING_DIM = int(DEFAULTS["EMBEDDING_DIM"])
+
+
+def turn_hot_bytes(text: str) -> int:
+    """What one turn adds to ``Episode.hot_bytes``: its text in UTF-8 and its float32 vector."""
+    return len(text.encode()) + 4 * EMBEDDING_DIM
+
+
 #: The longest ``search_text`` kept (the text of the current layer's shape; hot: its turns).
 SEARCH_TEXT_LIMIT = 200_000
 
@@ -108,6 +115,11 @@ class Episode(models.Model):
     needs_reindex = models.BooleanField(default=False, help_text="the hot index missed a write (Redis down)")
 
     raw_chars = models.PositiveIntegerField(default=0)
+    hot_bytes = models.PositiveBigIntegerField(
+        default=0,
+        help_text="what its turns weigh in the hot index: UTF-8 bytes of their text plus their vectors "
+        "(the tenant's hot quota counts this)",
+    )
     packed_chars = models.PositiveIntegerField(default=0)
     version = models.PositiveIntegerField(
         default=1, help_text="optimistic concurrency (seed 001 halt on touch)"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,10 +23,10 @@ from memory_platform.tenancy.models import Tenant
 
 from .extraction import extract_decisions, extract_entities
 from .indexing import _normalise, episodes_index_hot, hot_remove
-from .models import SEARCH_TEXT_LIMIT, Episode, Layer, Link, LinkKind, Role, State, Turn
+from .models import SEARCH_TEXT_LIMIT, Episode, Layer, Link, LinkKind, Role, State, Turn, turn_hot_bytes
 from .scope import Scope
 from .segmentation import OpenEpisode, SegmentationRules, starts_new_episode
-from .stores.hot import HotUnavailable
+from .stores.hot import HotUnavailable, unavailable_reason
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,12 @@ class IngestResult:
     episode_ids: list[int]
     indexed: bool = False
     queued: bool = False
+    #: Why the turns are not searchable yet ("" once they are).
+    reason: str = ""
+
+
+#: Called with the episodes an ingest wrote, before they are indexed (``lifecycle.quota``).
+MakeRoom = Callable[[list[int]], object]
 
 
 def _lock_scope(tenant: Tenant, scope: Scope) -> None:
@@ -85,11 +91,14 @@ def turns_ingest(
     turns: Sequence[TurnInput],
     now: datetime,
     rules: SegmentationRules,
+    make_room: MakeRoom | None,
     asynchronous: bool = False,
 ) -> IngestResult:
     """Append turns; durable in Postgres on return. Sync: also searchable. Async: a worker indexes.
 
-    ``rules`` are the tenant's segmentation rules (its policy's, read by the caller)."""
+    ``rules`` are the tenant's segmentation rules (its policy's, read by the caller); ``make_room``
+    keeps the tenant within its hot quota (the lifecycle's), called with the episodes written once
+    they are durable and before they are indexed."""
     vectors: list[np.ndarray | None] = [t.vector for t in turns]
     missing = [i for i, v in enumerate(vectors) if v is None]
     embedder = get_embedder(tenant.embedder)
@@ -115,11 +124,24 @@ def turns_ingest(
         _refresh_episodes(touched.values(), [t for _, t in turn_objs])
         episode_ids = list(touched)
         result = IngestResult(turns=[t for t in result_turns if t is not None], episode_ids=episode_ids)
-        if asynchronous:
-            transaction.on_commit(lambda: _enqueue_index(tenant, episode_ids, result))
-        else:
-            transaction.on_commit(lambda: _index_now(tenant, episode_ids, result))
+        transaction.on_commit(lambda: _after_write(tenant, episode_ids, result, make_room, asynchronous))
     return result
+
+
+def _after_write(
+    tenant: Tenant, episode_ids: list[int], result: IngestResult, make_room: MakeRoom | None, queue: bool
+) -> None:
+    if make_room is not None:
+        try:
+            make_room(episode_ids)
+        except Exception:
+            # The turns are stored; Redis' noeviction still bounds the damage, and the tick applies
+            # the quota again within the hour.
+            logger.exception("could not keep tenant %s within its hot quota", tenant.name)
+    if queue:
+        _enqueue_index(tenant, episode_ids, result)
+    else:
+        _index_now(tenant, episode_ids, result)
 
 
 def _ingest_scope(
@@ -242,6 +264,7 @@ def _refresh_episodes(episodes: Iterable[Episode], new_turns: Sequence[Turn]) ->
         episode.entities = _merge(episode.entities, extract_entities(joined), 200)
         episode.decisions = _merge(episode.decisions, extract_decisions(joined), 50)
         episode.raw_chars += sum(len(t) for t in texts)
+        episode.hot_bytes += sum(turn_hot_bytes(t) for t in texts)
         episode.search_text = (episode.search_text + "\n" + joined).strip()[:SEARCH_TEXT_LIMIT]
         episode.needs_reindex = True
         episode.version = F("version") + 1  # type: ignore[assignment]
@@ -254,6 +277,7 @@ def _refresh_episodes(episodes: Iterable[Episode], new_turns: Sequence[Turn]) ->
                 "entities",
                 "decisions",
                 "raw_chars",
+                "hot_bytes",
                 "search_text",
                 "needs_reindex",
                 "version",
@@ -278,9 +302,13 @@ def _index_now(tenant: Tenant, episode_ids: list[int], result: IngestResult) -> 
         episodes_index_hot(tenant.pk, episode_ids)
         result.indexed = True
     except HotUnavailable as exc:
-        # The write is durable; the episodes keep needs_reindex=True and `rebuild_hot` (or the
-        # repair task) indexes them once Redis is back.
+        # The write is durable; the episodes keep needs_reindex=True, search finds them in Postgres
+        # meanwhile, and the repair task (every minute) indexes them once Redis takes writes again.
         logger.warning("hot index unavailable, %d episode(s) left for re-indexing: %s", len(episode_ids), exc)
+        result.reason = (
+            f"{unavailable_reason(exc)}; the turns are stored, found through Postgres meanwhile, and "
+            "indexed once Redis takes writes again"
+        )
 
 
 def _enqueue_index(tenant: Tenant, episode_ids: list[int], result: IngestResult) -> None:
@@ -291,8 +319,10 @@ def _enqueue_index(tenant: Tenant, episode_ids: list[int], result: IngestResult)
             "episodes.tasks.index_episodes", episode_ids, tenant_id=str(tenant.id), group=f"index:{tenant.id}"
         )
         result.queued = True
-    except HotUnavailable as exc:
+        result.reason = "queued: a worker indexes them"
+    except Exception as exc:
         logger.warning("could not queue indexing (%s); episodes stay marked for re-indexing", exc)
+        result.reason = f"could not queue the indexing ({type(exc).__name__}); the repair task indexes them within a minute"
 
 
 # --- explicit memories ----------------------------------------------------------------------------
@@ -309,7 +339,9 @@ class MemoryInput:
     vector: np.ndarray | None = None
 
 
-def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Episode:
+def memory_create(
+    *, tenant: Tenant, memory: MemoryInput, now: datetime, make_room: MakeRoom | None
+) -> Episode:
     vector = memory.vector
     if vector is None:
         vector = embed_texts(tenant, [memory.text])[0]
@@ -331,6 +363,7 @@ def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Epis
             entities=extract_entities(memory.text),
             decisions=extract_decisions(memory.text),
             raw_chars=len(memory.text),
+            hot_bytes=turn_hot_bytes(memory.text),
             search_text=memory.text[:SEARCH_TEXT_LIMIT],
             needs_reindex=True,
         )
@@ -347,7 +380,7 @@ def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Epis
             embedding=vector,
         )
         result = IngestResult(turns=[], episode_ids=[episode.pk])
-        transaction.on_commit(lambda: _index_now(tenant, [episode.pk], result))
+        transaction.on_commit(lambda: _after_write(tenant, [episode.pk], result, make_room, False))
     return episode
 
 

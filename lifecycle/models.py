@@ -145,6 +145,11 @@ class MemoryPolicy(models.Model):
     cold_days = _n(90, "seed 001/003: an episode not accessed this many days goes cold")
     hot_cap_per_session = _n(50, "seed 000: at most this many hot episodes per session")
     hot_quota = _n(10_000, "DESIGN §3 LRU: at most this many hot episodes per tenant")
+    hot_quota_bytes = models.PositiveBigIntegerField(
+        default=_setting("HOT_QUOTA_BYTES"),
+        help_text="DESIGN §3 LRU: at most this many bytes of turn text and vectors hot per tenant; over it, "
+        "ingest sends the least recently used hot episodes to warm before indexing new ones",
+    )
     warm_points_max = _n(8, "seed 001 warm gradient: key points kept at hot_days")
     warm_points_min = _n(3, "seed 001 warm gradient: key points kept at cold_days")
     promote_after_accesses = _n(3, "seed 001/003: accesses within hot_days that bring it back to hot")

@@ -91,7 +91,8 @@ def _promote(t: Tick, episode: Episode, gained: int) -> None:
 
 def _hot_evictions(t: Tick, hot: list[Episode], scores: dict[int, tuple[float, Any]]) -> dict[int, str]:
     """Which hot episodes leave, and why: idle (the policy's layer rule), then the per-session cap,
-    then the tenant's hot quota; lowest activity score (then least recently used) leaves first."""
+    then the tenant's hot quota (in episodes, then in bytes); lowest activity score (then least
+    recently used) leaves first."""
     leaving: dict[int, str] = {}
     for e in hot:
         if not e.anchor and scoring.layer_for(scores[e.pk][1], t.policy, t.now) != Layer.HOT:
@@ -113,6 +114,13 @@ def _hot_evictions(t: Tick, hot: list[Episode], scores: dict[int, tuple[float, A
     excess = len(staying) - t.policy.hot_quota
     for e in sorted((s for s in staying if not s.anchor), key=order)[: max(0, excess)]:
         leaving[e.pk] = "hot_quota"
+    # The quota in bytes, as ingest keeps it (lifecycle.quota), here by the same order as above.
+    weight = sum(e.hot_bytes for e in hot if e.pk not in leaving)
+    for e in sorted((s for s in staying if not s.anchor and s.pk not in leaving), key=order):
+        if weight <= t.policy.hot_quota_bytes:
+            break
+        leaving[e.pk] = "hot_quota"
+        weight -= e.hot_bytes
     return leaving
 
 

@@ -1,6 +1,7 @@
 """The lifecycle's writes, in one place for callers (views, admin, tasks, the read path).
 
-The work lives in modules of its own: ``tick`` (DESIGN §4 steps 1-9), ``candidates`` (merge and
+Ingest is the episodes app's, run here with the tenant's segmentation rules and hot quota
+(``quota``). The work lives in modules of its own: ``tick`` (DESIGN §4 steps 1-9), ``candidates`` (merge and
 delete proposals and their decisions), ``forgetting`` (soft forget, ForgetByThreshold, purge),
 ``rollback`` (undo from the journal) and ``hotsync`` (Redis following Postgres).
 """
@@ -13,8 +14,16 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import F
 
+from episodes import services as episode_services
 from episodes.models import Episode, Layer
-from episodes.services import ConflictError, EpisodeNotFound, episode_for_update
+from episodes.services import (
+    ConflictError,
+    EpisodeNotFound,
+    IngestResult,
+    MemoryInput,
+    TurnInput,
+    episode_for_update,
+)
 from memory_platform.tenancy.models import Tenant
 
 from . import moves, scoring, transitions
@@ -24,7 +33,9 @@ from .forgetting import forget_apply, forget_journaled, forget_select, purge_for
 from .hotsync import sync_episode
 from .journal import journal_record
 from .models import policy_for
+from .quota import make_room
 from .rollback import RollbackError, rollback_journal_entry
+from .selectors import segmentation_rules
 from .tick import STEPS, TickInterrupted, tick_run
 
 __all__ = [
@@ -41,10 +52,36 @@ __all__ = [
     "forget_apply",
     "forget_journaled",
     "forget_select",
+    "memory_create",
     "purge_forgotten",
     "rollback_journal_entry",
     "tick_run",
+    "turns_ingest",
 ]
+
+
+def turns_ingest(
+    *, tenant: Tenant, turns: Sequence[TurnInput], now: datetime, asynchronous: bool = False
+) -> IngestResult:
+    """Append turns, segmented by the tenant's policy, its hot tier kept within its quota."""
+    return episode_services.turns_ingest(
+        tenant=tenant,
+        turns=turns,
+        now=now,
+        rules=segmentation_rules(tenant),
+        make_room=lambda ids: make_room(tenant=tenant, now=now, arriving=ids),
+        asynchronous=asynchronous,
+    )
+
+
+def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Episode:
+    """An explicit memory (a fact, a preference), its tenant's hot tier kept within its quota."""
+    return episode_services.memory_create(
+        tenant=tenant,
+        memory=memory,
+        now=now,
+        make_room=lambda ids: make_room(tenant=tenant, now=now, arriving=ids),
+    )
 
 
 def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int], now: datetime) -> int:

@@ -47,6 +47,9 @@ DEFAULTS: dict[str, Any] = {
     "USAGE_FLUSH_SECONDS": 0.5,
     # hot index
     "HOT_INDEX_ALGORITHM": "FLAT",
+    # a tenant's hot tier, in bytes of turn text and vectors (Episode.hot_bytes); a policy
+    # overrides it. Over it, ingest sends the least recently used hot episodes to warm first.
+    "HOT_QUOTA_BYTES": 64 * 1024 * 1024,
     "PURGE_GRACE_DAYS": 30,
 }
 

@@ -27,3 +27,18 @@ def info_field(info: Any, name: str, default: Any = None) -> Any:
     mapping = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2], strict=False))
     value = mapping.get(name.encode())
     return mapping.get(name, default) if value is None else value
+
+
+def refusing_writes(client: redis.Redis) -> str:
+    """Why this Redis refuses writes now ("" when it takes them): full under ``noeviction``, or
+    unreachable. Ingest then leaves its episodes for the repair, and search and ``/readyz`` say so."""
+    try:
+        memory = client.info("memory")
+    except (redis.RedisError, OSError) as exc:
+        return f"Redis is unavailable ({type(exc).__name__}: {exc})"
+    limit, used = int(memory.get("maxmemory", 0)), int(memory.get("used_memory", 0))
+    policy = memory.get("maxmemory_policy", b"")
+    policy = policy.decode() if isinstance(policy, bytes) else policy
+    if limit and used >= limit and policy == "noeviction":
+        return f"Redis is full ({used} of {limit} bytes, noeviction): it refuses writes"
+    return ""

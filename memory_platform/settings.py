@@ -112,6 +112,9 @@ if not DEBUG and SECRET_KEY == INSECURE_DEFAULT_SECRET:
     )
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 LOG_LEVEL = _choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
+# Operators' probes from other machines send it as a Bearer token: /readyz details (loopback sees
+# them without it).
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 
 # --- embedded servers -------------------------------------------------------------------------------
 REDIS_MAXMEMORY = env.str("MEMORY_REDIS_MAXMEMORY", default="1gb")
@@ -256,7 +259,11 @@ Q_CLUSTER = {
     "timeout": 600,
     "retry": 900,
     "max_attempts": 3,
-    "redis": REDIS_URL,
+    # The queue lives in Postgres (django-q2's ORM broker), not in the Redis of the hot index: a
+    # full or lost Redis must not stop ticks and indexing, the very tasks that repair it
+    # (docs/decisions/0011).
+    "orm": "default",
+    "poll": 0.2,
     "catch_up": False,
     "save_limit": 1000,
 }

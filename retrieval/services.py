@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from episodes.models import Episode, Layer, State
 from episodes.scope import ALL_LAYERS, Scope
 from episodes.services import EpisodeNotFound
 from episodes.stores import archive, rows
-from episodes.stores.hot import HotUnavailable, hot_store
+from episodes.stores.hot import HotUnavailable, hot_store, unavailable_reason
 from episodes.stores.rows import turns_for
 from lifecycle import scoring
 from lifecycle.selectors import SearchSettings, search_settings
@@ -76,8 +76,11 @@ class SearchResult:
     degraded: bool
     took_ms: float
     query_vector: np.ndarray | None = None
-    #: Some of the tenant's hot episodes are not in the hot index yet (see `rows.hot_index_stale`).
+    #: Some of the tenant's hot episodes are not in the hot index yet (see `rows.hot_index_stale`);
+    #: search finds them in Postgres meanwhile.
     stale: bool = False
+    #: Why the answer is degraded ("" when it is not).
+    reason: str = ""
 
     def ranked_items(self) -> list[tuple[str, int, float]]:
         """The ranked list as the evaluation counts it: one item per matched turn of a hot hit,
@@ -124,6 +127,10 @@ def search(
         # and planning them costs more than this look at the (tenant, layer) index.
         archive_layers = ()
     search_hot = Layer.HOT in layers
+    # Hot episodes the index missed (Redis was down or full, or a write a moment old) are searched
+    # in Postgres until the repair has indexed them.
+    missed = _narrow(rows.hot_index_stale(tenant), query.scope.episode_ids) if search_hot else []
+    reason, outage = "", False
     text = query.text if query.text.strip() else None
     # The query is embedded first: on 2 cores the model's threads and concurrent searches would
     # take the same cores (docs/decisions/0004).
@@ -136,6 +143,12 @@ def search(
         if archive_layers
         else {}
     )
+    if missed:
+        narrowed = replace(query, scope=query.scope.replace(episode_ids=tuple(missed)))
+        for pk, found in fuse_archive(
+            _archive_lists(tenant, narrowed, vector, text, k, (Layer.HOT,)), weights
+        ).items():
+            archive_hits.setdefault(pk, found)
     if hot_future is not None:
         try:
             # A Redis still loading its data answers LOADING, which redis-py raises as
@@ -146,7 +159,8 @@ def search(
                 episode_relevance[episode_id] = turns[0][1]
         except HotUnavailable as exc:
             logger.warning("hot tier unavailable, answering from Postgres: %s", exc)
-            degraded = True
+            degraded = outage = True
+            reason = f"{unavailable_reason(exc)}; answered from Postgres"
             archive_hits = fuse_archive(_archive_lists(tenant, query, vector, text, k, layers), weights)
 
     for episode_id, (score, parts) in archive_hits.items():
@@ -177,13 +191,26 @@ def search(
         hits.append(hit)
     if query.record_access and hits:
         record_access(tenant=tenant, episode_ids=[h.episode.pk for h in hits], now=now)
+    if missed and not degraded:
+        refused = hot_store().refusing_writes()
+        if refused:
+            degraded = True
+            reason = f"{refused}; {len(missed)} new hot episode(s) are answered from Postgres until indexed"
     return SearchResult(
         hits=hits,
         degraded=degraded,
         took_ms=(time.perf_counter() - started) * 1000,
         query_vector=vector,
-        stale=search_hot and not degraded and rows.hot_index_stale(tenant),
+        stale=bool(missed) and not outage,
+        reason=reason,
     )
+
+
+def _narrow(ids: list[int], within: tuple[int, ...]) -> list[int]:
+    if not within:
+        return ids
+    allowed = set(within)
+    return [pk for pk in ids if pk in allowed]
 
 
 def _hot_lists(
@@ -243,6 +270,7 @@ def search_shaped(
     return {
         "results": _hit_bodies(tenant, result.hits, deep=deep),
         "degraded": result.degraded,
+        "degraded_reason": result.reason or None,
         "stale": result.stale,
         "took_ms": round(result.took_ms, 2),
     }

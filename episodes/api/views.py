@@ -1,7 +1,7 @@
-"""Memories (write, list), restore, links. Views validate, call a service, serialise.
+"""Restore and links. Views validate, call a service, serialise.
 
-Turns and pinning are served by ``lifecycle.api`` (they follow the tenant's policy and move layers),
-reading one memory by ``retrieval.api`` (a deep read unpacks).
+Writing and listing memories, turns and pinning are served by ``lifecycle.api`` (writes follow the
+tenant's policy and quota, pins move layers), reading one memory by ``retrieval.api``.
 """
 
 from __future__ import annotations
@@ -17,65 +17,11 @@ from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict
 
 from .. import selectors, services
-from ..services import MemoryInput
 from . import serializers as s
 
 
 def not_found(episode_id: int) -> NotFound:
     return NotFound(f"memory {episode_id} not found")
-
-
-class MemoriesView(TenantAPIView):
-    @extend_schema(request=s.MemoryInSerializer, responses={201: dict}, summary="Write an explicit memory")
-    def post(self, request: Request) -> Response:
-        serializer = s.MemoryInSerializer(data=request.data, context={"tenant": self.tenant})
-        serializer.is_valid(raise_exception=True)
-        d = serializer.validated_data
-        episode = services.memory_create(
-            tenant=self.tenant,
-            memory=MemoryInput(
-                text=d["text"],
-                kind=d["kind"],
-                title=d.get("title", ""),
-                tags=tuple(d["tags"]),
-                metadata=d["metadata"],
-                anchor=d["anchor"],
-                scope=s.owner_scope(d),
-                occurred_at=d.get("occurred_at"),
-                vector=d.get("vector"),
-            ),
-            now=timezone.now(),
-        )
-        return Response(
-            selectors.episode_detail(tenant=self.tenant, episode=episode), status=status.HTTP_201_CREATED
-        )
-
-    @extend_schema(
-        parameters=[s.MemoryListQuerySerializer],
-        responses={200: dict},
-        summary="List memories (cursor pages)",
-    )
-    def get(self, request: Request) -> Response:
-        query = s.MemoryListQuerySerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
-        q = query.validated_data
-        scope = s.filter_scope(
-            q,
-            kinds=(q["kind"],) if q.get("kind") else (),
-            layers=(q["layer"],) if q.get("layer") else (),
-            states=(q["state"],) if q.get("state") else (),
-            anchor=q.get("anchor"),
-            tags=(q["tag"],) if q.get("tag") else (),
-        )
-        try:
-            page, next_cursor = selectors.episode_list(
-                tenant=self.tenant, scope=scope, cursor=q.get("cursor"), limit=q["limit"]
-            )
-        except ValueError as exc:
-            raise ValidationError({"cursor": [str(exc)]}) from None
-        return Response(
-            {"results": selectors.episode_page(tenant=self.tenant, episodes=page), "next_cursor": next_cursor}
-        )
 
 
 class MemoryRestoreView(TenantAPIView):

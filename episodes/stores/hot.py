@@ -23,7 +23,7 @@ from redisvl.schema import IndexSchema
 from redisvl.utils.stopwords import get_stopwords
 
 from memory_platform.conf import memory_settings
-from memory_platform.redis_client import get_redis, info_field
+from memory_platform.redis_client import get_redis, info_field, refusing_writes
 
 from ..scope import OWNER_FIELDS, Scope
 from . import keys
@@ -31,6 +31,14 @@ from . import keys
 logger = logging.getLogger(__name__)
 
 HotUnavailable = (redis.RedisError, OSError)
+
+
+def unavailable_reason(exc: BaseException) -> str:
+    """What a failed hot-index call means, for a caller."""
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return "Redis is full (maxmemory, noeviction): it refuses writes"
+    return f"the hot index is unavailable ({type(exc).__name__})"
+
 
 # How long the first use of a tenant's index waits for RediSearch to index documents already
 # there (an upgrade from the shared index, or documents written while the index was missing).
@@ -416,6 +424,10 @@ class HotStore:
         ranking right after many removals depends on when that was. (The index is not created
         for this: without one there is nothing to collect, and Redis says so.)"""
         self.client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", self.index_name(tenant_hex))
+
+    def refusing_writes(self) -> str:
+        """Why Redis refuses writes now ("" when it takes them)."""
+        return refusing_writes(self.client)
 
     def count(self, tenant_hex: str, doctype: str = keys.DOC_TURN) -> int:
         index = self.ensure_index(tenant_hex)

@@ -123,15 +123,15 @@ def turn_similarities(
     return out
 
 
-def hot_index_stale(tenant: Tenant) -> bool:
-    """Whether some of the tenant's hot episodes wait to be (re-)indexed in Redis: a write that
-    missed it (Redis down or full), or one a moment old (partial index `episode_needs_reindex`)."""
-    row = db.fetch_one(
-        f"SELECT 1 FROM {EPISODES} WHERE tenant_id = %s AND needs_reindex AND layer = 'hot' "
-        "AND state <> %s LIMIT 1",
-        [tenant.pk, State.FORGOTTEN.value],
+def hot_index_stale(tenant: Tenant, limit: int = 200) -> list[int]:
+    """The tenant's hot episodes that wait to be (re-)indexed in Redis (at most ``limit``): a write
+    that missed it (Redis down or full), or one a moment old (partial index `episode_needs_reindex`)."""
+    rows = db.fetch(
+        f"SELECT id FROM {EPISODES} WHERE tenant_id = %s AND needs_reindex AND layer = 'hot' "
+        "AND state <> %s ORDER BY id DESC LIMIT %s",
+        [tenant.pk, State.FORGOTTEN.value, limit],
     )
-    return row is not None
+    return [int(row[0]) for row in rows]
 
 
 class Use(NamedTuple):

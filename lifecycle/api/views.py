@@ -1,25 +1,89 @@
-"""Turns (segmented by the tenant's policy), pinning, and `POST /forget` (seed 004 Forget and
-ForgetByThreshold). Views validate, call, serialise."""
+"""Memories and turns (written by the tenant's policy and within its hot quota), pinning, and
+`POST /forget` (seed 004 Forget and ForgetByThreshold). Views validate, call, serialise."""
 
 from __future__ import annotations
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from episodes import selectors as episode_selectors
 from episodes import services as episode_services
 from episodes.api import serializers as episode_serializers
 from episodes.api.views import not_found
-from episodes.services import TurnInput
+from episodes.services import MemoryInput, TurnInput
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import PayloadTooLarge
 from memory_platform.conf import memory_settings
 
 from .. import services
-from ..selectors import segmentation_rules
 from . import serializers as s
+
+
+class MemoriesView(TenantAPIView):
+    @extend_schema(
+        request=episode_serializers.MemoryInSerializer,
+        responses={201: dict},
+        summary="Write an explicit memory",
+    )
+    def post(self, request: Request) -> Response:
+        serializer = episode_serializers.MemoryInSerializer(
+            data=request.data, context={"tenant": self.tenant}
+        )
+        serializer.is_valid(raise_exception=True)
+        d = serializer.validated_data
+        episode = services.memory_create(
+            tenant=self.tenant,
+            memory=MemoryInput(
+                text=d["text"],
+                kind=d["kind"],
+                title=d.get("title", ""),
+                tags=tuple(d["tags"]),
+                metadata=d["metadata"],
+                anchor=d["anchor"],
+                scope=episode_serializers.owner_scope(d),
+                occurred_at=d.get("occurred_at"),
+                vector=d.get("vector"),
+            ),
+            now=timezone.now(),
+        )
+        return Response(
+            episode_selectors.episode_detail(tenant=self.tenant, episode=episode),
+            status=status.HTTP_201_CREATED,
+        )
+
+    @extend_schema(
+        parameters=[episode_serializers.MemoryListQuerySerializer],
+        responses={200: dict},
+        summary="List memories (cursor pages)",
+    )
+    def get(self, request: Request) -> Response:
+        query = episode_serializers.MemoryListQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        scope = episode_serializers.filter_scope(
+            q,
+            kinds=(q["kind"],) if q.get("kind") else (),
+            layers=(q["layer"],) if q.get("layer") else (),
+            states=(q["state"],) if q.get("state") else (),
+            anchor=q.get("anchor"),
+            tags=(q["tag"],) if q.get("tag") else (),
+        )
+        try:
+            page, next_cursor = episode_selectors.episode_list(
+                tenant=self.tenant, scope=scope, cursor=q.get("cursor"), limit=q["limit"]
+            )
+        except ValueError as exc:
+            raise ValidationError({"cursor": [str(exc)]}) from None
+        return Response(
+            {
+                "results": episode_selectors.episode_page(tenant=self.tenant, episodes=page),
+                "next_cursor": next_cursor,
+            }
+        )
 
 
 class TurnsView(TenantAPIView):
@@ -48,12 +112,8 @@ class TurnsView(TenantAPIView):
             )
             for t in data["turns"]
         ]
-        result = episode_services.turns_ingest(
-            tenant=self.tenant,
-            turns=inputs,
-            now=timezone.now(),
-            rules=segmentation_rules(self.tenant),
-            asynchronous=data["async"],
+        result = services.turns_ingest(
+            tenant=self.tenant, turns=inputs, now=timezone.now(), asynchronous=data["async"]
         )
         return Response(
             {
@@ -61,6 +121,7 @@ class TurnsView(TenantAPIView):
                 "episode_ids": result.episode_ids,
                 "searchable": result.indexed,
                 "queued": result.queued,
+                "reason": result.reason or None,
             },
             status=status.HTTP_201_CREATED,
         )

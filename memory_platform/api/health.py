@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 
 import redis
@@ -10,7 +11,9 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from memory_platform.redis_client import get_redis
+from memory_platform.redis_client import get_redis, refusing_writes
+
+LOOPBACK = frozenset({"127.0.0.1", "::1"})
 
 
 @require_GET
@@ -62,11 +65,30 @@ def check_redis() -> dict[str, Any]:
     return {"ok": True, "version": _text(info.get("redis_version", "")), "search": f"{major}.{minor}.{patch}"}
 
 
+def may_see_details(request: HttpRequest) -> bool:
+    """Versions and connection errors are for operators: a request from this machine that no
+    proxy forwarded, or one bearing ``METRICS_TOKEN``. Everyone else sees the status only."""
+    token = settings.METRICS_TOKEN
+    sent = request.headers.get("Authorization", "")
+    if token and hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+        return True
+    forwarded = "X-Forwarded-For" in request.headers or "Forwarded" in request.headers
+    return request.META.get("REMOTE_ADDR") in LOOPBACK and not forwarded
+
+
 @require_GET
 def readyz(request: HttpRequest) -> JsonResponse:
+    """503 when Postgres or Redis cannot serve; "degraded" (200) when Redis answers but refuses
+    writes (full): the platform still takes turns and answers searches, new hot episodes wait."""
     checks = {"postgres": check_postgres(), "redis": check_redis()}
     failed = [name for name, result in checks.items() if not result["ok"]]
-    body: dict[str, Any] = {"status": "ok" if not failed else "unavailable", "checks": checks}
+    refused = refusing_writes(get_redis()) if not failed else ""
+    if refused:
+        checks["redis"].update(writable=False, error=refused)
+    status = "unavailable" if failed else "degraded" if refused else "ok"
+    if not may_see_details(request):
+        return JsonResponse({"status": status}, status=503 if failed else 200)
+    body: dict[str, Any] = {"status": status, "checks": checks}
     if failed:
         body["error"] = {
             "code": "service_unavailable",

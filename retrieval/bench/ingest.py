@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from episodes.models import EMBEDDING_DIM
 from episodes.scope import Scope
-from episodes.services import TurnInput, turns_ingest
-from lifecycle.selectors import segmentation_rules
+from episodes.services import TurnInput
+from lifecycle.services import turns_ingest
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 
@@ -89,7 +89,6 @@ def run_mode(mode: str, turns: int, batch: int, seed: int, log: Callable[[str], 
                 tenant=tenant,
                 turns=data[offset : offset + batch],
                 now=timezone.now(),
-                rules=segmentation_rules(tenant),  # as the API reads them, once a batch
                 asynchronous=mode == "durable",
             )
             done = min(offset + batch, turns)

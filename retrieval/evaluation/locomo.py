@@ -23,8 +23,8 @@ import numpy as np
 
 from episodes.models import Episode, Turn
 from episodes.scope import Scope
-from episodes.services import TurnInput, turns_ingest
-from lifecycle.selectors import segmentation_rules
+from episodes.services import TurnInput
+from lifecycle.services import turns_ingest
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 from retrieval.context import estimate_tokens
@@ -104,7 +104,7 @@ def ingest(conversation: Conversation, tenant: Tenant, now: datetime) -> dict[st
             )
             for i, turn in enumerate(turns)
         ]
-        result = turns_ingest(tenant=tenant, turns=inputs, now=now, rules=segmentation_rules(tenant))
+        result = turns_ingest(tenant=tenant, turns=inputs, now=now)
         for turn, ingested in zip(turns, result.turns, strict=True):
             dia_to_turn[turn["dia_id"]] = ingested.turn_id
     return dia_to_turn

@@ -180,7 +180,9 @@ def test_turns_written_while_redis_was_down_heal_without_a_rebuild(provided):
 
     query = {"vector": vectors[7].tolist(), "layers": ["hot"]}
     before = provided.post("/api/v1/search", query).json()
-    assert before["results"] == [] and before["stale"] is True and before["degraded"] is False
+    assert before["stale"] is True and before["degraded"] is False
+    # Until the repair indexes them, search finds them in Postgres.
+    assert "turn 7 " in before["results"][0]["title"]
 
     schedule_ticks()  # what make run does on start
     repair = Schedule.objects.get(name="episodes.repair_hot_index")

@@ -8,9 +8,9 @@ import numpy as np
 
 from episodes.models import Episode, Layer, State, Turn
 from episodes.scope import Scope
-from episodes.services import MemoryInput, TurnInput, memory_create, turns_ingest
+from episodes.services import MemoryInput, TurnInput
 from episodes.stores.hot import hot_store
-from lifecycle.selectors import segmentation_rules
+from lifecycle.services import memory_create, turns_ingest
 from tests.conftest import unit_vectors
 
 # Before the wall clock of the machines, so an episode is as old as when it happened (born_at).
@@ -81,7 +81,6 @@ def conversation(
             for i, text in enumerate(texts)
         ],
         now=at,
-        rules=segmentation_rules(tenant),
     )
     assert len(result.episode_ids) == 1, "the turns of one topic should form one episode"
     return result.episode_ids[0]
