@@ -111,6 +111,23 @@ if not DEBUG and SECRET_KEY == INSECURE_DEFAULT_SECRET:
         "or DEBUG=1 for local development."
     )
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+# Transport security. Over TLS (MEMORY_HTTPS=1, directly or behind a proxy that sets
+# X-Forwarded-Proto): redirect, HSTS, cookies only over HTTPS. Served on loopback only over plain
+# HTTP (make run), those four deploy checks have nothing to protect and are silenced; a public
+# ALLOWED_HOSTS without MEMORY_HTTPS keeps them.
+HTTPS = _bool("MEMORY_HTTPS", False)
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
+SILENCED_SYSTEM_CHECKS: list[str] = []
+if HTTPS:
+    SECURE_SSL_REDIRECT = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = _int("MEMORY_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+elif set(ALLOWED_HOSTS) <= LOOPBACK_HOSTS:
+    SILENCED_SYSTEM_CHECKS += ["security.W004", "security.W008", "security.W012", "security.W016"]
 LOG_LEVEL = _choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
 # Operators' probes from other machines send it as a Bearer token: /readyz details (loopback sees
 # them without it).
@@ -250,6 +267,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
+    "ENUM_NAME_OVERRIDES": {"LayerEnum": "episodes.models.Layer.values"},
 }
 
 # --- worker -----------------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ class MemoriesView(TenantAPIView):
         parameters=[episode_serializers.MemoryListQuerySerializer],
         responses={200: dict},
         summary="List memories (cursor pages)",
+        operation_id="v1_memories_list",
     )
     def get(self, request: Request) -> Response:
         query = episode_serializers.MemoryListQuerySerializer(data=request.query_params.dict())

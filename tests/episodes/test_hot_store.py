@@ -251,7 +251,7 @@ def test_a_restarted_redis_ranks_text_as_before_without_dead_records_from_its_lo
         time.sleep(0.05)
     client.unlink(*[keys.turn_key(tenant_hex, t) for t in gone])
     index = hot_store().index_name(tenant_hex)
-    port = get_redis().connection_pool.connection_kwargs["port"]
+    url = settings.EMBEDDED_REDIS.url()
 
     def text_ranking():
         _, hits = hot_store().search(
@@ -259,15 +259,15 @@ def test_a_restarted_redis_ranks_text_as_before_without_dead_records_from_its_lo
         )
         return [(h.turn_id, round(h.score, 6)) for h in hits]
 
-    collect_index_garbage(port)
+    collect_index_garbage(url)
     ranking = text_ranking()
     assert len(ranking) == 8
-    records = collect_index_garbage(port)[index][1]
+    records = collect_index_garbage(url)[index][1]
 
     server = settings.EMBEDDED_REDIS
     server.stop()
     server.start()
-    assert collect_index_garbage(port)[index] == (records, records)
+    assert collect_index_garbage(url)[index] == (records, records)
     assert text_ranking() == ranking
 
 

@@ -71,6 +71,8 @@ class Command(BaseCommand):
         default = settings.VAR_DIR / "backups" / f"memory-{timezone.now():%Y%m%dT%H%M%SZ}.dump"
         path = Path(opts["output"] or default)
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not opts["output"]:
+            path.parent.chmod(0o700)  # what people said, in one file: only this account reads it
         self._run([_client("pg_dump"), "-Fc", "-f", str(path), *connection_args], env)
         path.chmod(0o600)
         self.stdout.write(f"wrote {path} ({path.stat().st_size:,} bytes)")
