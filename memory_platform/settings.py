@@ -253,13 +253,18 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["memory_platform.api.parsers.StrictJSONParser"],
     "DEFAULT_THROTTLE_CLASSES": ["memory_platform.api.throttling.ApiKeyThrottle"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "memory_platform.api.schema.PlatformAutoSchema",
     "EXCEPTION_HANDLER": "memory_platform.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Memory platform API",
-    "DESCRIPTION": "Long-term memory for AI agents: hot, warm and cold tiers, hybrid search.",
+    "DESCRIPTION": (
+        "Long-term memory for AI agents: hot, warm and cold tiers, hybrid search. Every call but the "
+        "probes takes an API key as a Bearer token; the key decides the tenant. Request bodies are JSON "
+        "objects nested at most MAX_JSON_DEPTH (32) deep, without the NUL character (\\u0000) in any key "
+        "or string; every error is the envelope `Error`."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -268,6 +273,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "ENUM_NAME_OVERRIDES": {"LayerEnum": "episodes.models.Layer.values"},
+    "OAS_VERSION": "3.1.0",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "memory_platform.api.schema.error_responses",
+    ],
 }
 
 # --- worker -----------------------------------------------------------------------------------------

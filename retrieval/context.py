@@ -50,11 +50,12 @@ def context(
         lines.append(text)
         return True
 
-    episodes = Episode.objects.for_tenant(tenant)
+    # Every section keeps to whose memories were asked for: a user's context never shows another
+    # user's session that shares its name, nor what a link leads to in another user's memories.
+    owner = Scope(user_id=user_id or None, agent_id=agent_id or None)
+    episodes = Episode.objects.for_tenant(tenant).filter(owner.q())
     anchors = list(
-        episodes.filter(Scope(user_id=user_id, anchor=True, states=(State.ACTIVE,)).q()).order_by(
-            "-last_accessed_at"
-        )[:50]
+        episodes.filter(Scope(anchor=True, states=(State.ACTIVE,)).q()).order_by("-last_accessed_at")[:50]
     )
     session_eps: list[Episode] = []
     if session_id:

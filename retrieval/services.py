@@ -113,6 +113,9 @@ def search(
     *, tenant: Tenant, query: SearchQuery, now: datetime, weights: RetrievalWeights | None = None
 ) -> SearchResult:
     started = time.perf_counter()
+    window = query.scope.occurred_from, query.scope.occurred_to
+    if window[0] is not None and window[1] is not None and window[0] > window[1]:
+        return SearchResult(hits=[], degraded=False, took_ms=0.0)  # a window that ends before it starts
     weights = weights or tenant_weights(_settings(tenant))
     k = max(weights.candidates, query.limit * 3)
     degraded = False

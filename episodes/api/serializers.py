@@ -2,13 +2,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
-from memory_platform.api.serializers import MetadataField, StrictSerializer, VectorField, scope_field
+from memory_platform.api.serializers import (
+    MetadataField,
+    QueryBooleanField,
+    StrictSerializer,
+    VectorField,
+    scope_field,
+)
 from memory_platform.conf import memory_settings
 
 from ..models import LinkKind, Role
 from ..scope import OWNER_FIELDS, Scope
+from ..selectors import CURSOR
 
 
 def owner_scope(data: dict[str, Any], defaults: dict[str, Any] | None = None) -> Scope:
@@ -25,7 +33,11 @@ def filter_scope(data: dict[str, Any], **more: Any) -> Scope:
 
 def text_field(**kwargs: Any) -> serializers.CharField:
     return serializers.CharField(
-        max_length=int(memory_settings.MAX_TURN_CHARS), allow_blank=False, trim_whitespace=False, **kwargs
+        max_length=int(memory_settings.MAX_TURN_CHARS),
+        allow_blank=False,
+        trim_whitespace=False,
+        validators=[RegexValidator(r"\S", "text is empty")],
+        **kwargs,
     )
 
 
@@ -102,6 +114,7 @@ class LinkDeleteSerializer(StrictSerializer):
 
 
 class MemoryListQuerySerializer(StrictSerializer):
+    from_query = True
     user_id = serializers.CharField(required=False)
     agent_id = serializers.CharField(required=False)
     session_id = serializers.CharField(required=False)
@@ -110,7 +123,7 @@ class MemoryListQuerySerializer(StrictSerializer):
     state = serializers.ChoiceField(
         choices=["active", "dormant", "delete_candidate", "forgotten"], required=False
     )
-    anchor = serializers.BooleanField(required=False, allow_null=True, default=None)
+    anchor = QueryBooleanField(required=False)
     tag = serializers.CharField(required=False)
-    cursor = serializers.CharField(required=False)
+    cursor = serializers.RegexField(f"^{CURSOR.pattern}$", required=False)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -40,6 +40,7 @@ class MemoryRestoreView(TenantAPIView):
 
 class MemoryLinksView(TenantAPIView):
     required_scope = "write"
+    delete_takes_body = True  # which link: {"target_id", "kind"}
 
     @extend_schema(request=s.LinkInSerializer, responses={201: dict}, summary="Link two memories")
     def post(self, request: Request, episode_id: int) -> Response:
@@ -47,7 +48,7 @@ class MemoryLinksView(TenantAPIView):
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
         if d["target_id"] == episode_id:
-            raise ValidationError({"target_id": ["a memory cannot link to itself"]})
+            raise Conflict("a memory cannot link to itself")
         try:
             link, created = services.link_create(
                 tenant=self.tenant,

@@ -42,6 +42,16 @@ class ForgetInSerializer(StrictSerializer):
         help_text="forget every memory the other fields leave (say so on purpose)",
     )
 
+    # The rule of validate(), for the API schema: a field that names memories, or all: true.
+    schema_rules = {
+        "anyOf": [
+            *({"required": [name], "properties": {name: {"minLength": 1}}} for name in SCOPE_FIELDS[:-1]),
+            {"required": ["tags"]},
+            {"required": ["retrievability_below"]},
+            {"required": ["all"], "properties": {"all": {"const": True}}},
+        ]
+    }
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         named = [name for name in SCOPE_FIELDS if attrs.get(name) not in (None, "", [])]
         if not named and "retrievability_below" not in attrs and not attrs["all"]:

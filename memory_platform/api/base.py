@@ -17,6 +17,10 @@ outsider tenant to it.
 
 from __future__ import annotations
 
+from typing import Any
+
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from memory_platform.tenancy.models import ApiKey, Tenant
@@ -26,6 +30,13 @@ class TenantAPIView(APIView):
     """Every subclass works inside ``self.tenant``; nothing reads a tenant from the request body."""
 
     required_scope: str | None = None
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # A parameter given twice would mean whichever one a view happened to read.
+        repeated = sorted(name for name, values in request.query_params.lists() if len(values) > 1)
+        if repeated:
+            raise ValidationError({name: ["given more than once"] for name in repeated})
 
     @property
     def tenant(self) -> Tenant:

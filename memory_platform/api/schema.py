@@ -1,10 +1,19 @@
-"""What the OpenAPI schema says beyond what drf-spectacular reads from the views: the auth scheme."""
+"""The OpenAPI schema states the real rules (hardening finding 11): what drf-spectacular reads from
+the views and serializers, plus
+- the auth scheme (a Bearer API key);
+- request bodies that refuse unknown fields (``additionalProperties: false`` for every
+  ``StrictSerializer``) and the rules a serializer states in ``schema_rules`` (e.g. "at least one
+  of these fields");
+- the error envelope and every status code an operation can answer (``error_responses``).
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
@@ -17,3 +26,105 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-c
             "scheme": "bearer",
             "description": "An API key (`<prefix>.<secret>`): it decides the tenant and the scopes.",
         }
+
+
+class PlatformAutoSchema(AutoSchema):
+    def _get_request_body(self, direction: str = "request") -> Any:
+        # drf-spectacular documents bodies of PUT, PATCH and POST only; a view whose DELETE takes
+        # one (DELETE /links) says so with ``delete_takes_body``.
+        method = self.method
+        if method == "DELETE" and getattr(self.view, "delete_takes_body", False):
+            self.method = "POST"
+        try:
+            body = super()._get_request_body(direction)
+        finally:
+            self.method = method
+        # A body whose rules ask for one of several fields cannot be left out.
+        if body is not None and getattr(self.get_request_serializer(), "schema_rules", None):
+            body["required"] = True
+        return body
+
+    def _insert_field_validators(self, field: Any, schema: dict[str, Any]) -> None:
+        from rest_framework import serializers
+
+        super()._insert_field_validators(field, schema)
+        # What DRF refuses, said in the schema: a blank string, an empty list. (The NUL character,
+        # refused anywhere in a body, is said once, in the API's description: a pattern on every
+        # string would cost generators a regex walk per character.)
+        if isinstance(field, serializers.CharField) and not field.allow_blank:
+            schema.setdefault("minLength", 1)
+            if field.trim_whitespace:
+                schema.setdefault("pattern", r"\S")  # only whitespace is blank once trimmed
+        if isinstance(field, serializers.ListField | serializers.ListSerializer) and not field.allow_empty:
+            schema.setdefault("minItems", 1)
+
+    def _map_serializer(self, serializer: Any, direction: Any, bypass_extensions: bool = False) -> Any:
+        from .serializers import StrictSerializer
+
+        result = super()._map_serializer(serializer, direction, bypass_extensions)
+        if isinstance(serializer, StrictSerializer) and not getattr(serializer, "from_query", False):
+            result["additionalProperties"] = False
+            result.update(getattr(serializer, "schema_rules", {}))
+        return result
+
+
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "additionalProperties": False,
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message", "details"],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "invalid, unauthenticated, forbidden, not_found, ...",
+                },
+                "message": {"type": "string"},
+                "details": {"description": "per field messages for `invalid`; otherwise empty"},
+            },
+        }
+    },
+}
+
+#: Every operation can answer these: the request is checked, then the key, its scope and its rate.
+COMMON = {
+    "400": "the request is malformed or breaks a rule (`details` names the fields)",
+    "401": "no API key, or an unknown or revoked one",
+    "403": "the key lacks the scope this operation needs",
+    "429": "over the key's or the tenant's rate limit; retry after `Retry-After` seconds",
+}
+WITH_BODY = {
+    "413": "the body is larger than `MEMORY_MAX_REQUEST_BYTES` (or a batch holds too many turns)",
+    "415": "the body is not `application/json`",
+}
+ON_ONE_MEMORY = {
+    "404": "no such memory in the caller's tenant",
+    "409": "the memory changed meanwhile, or cannot take this change",
+}
+
+
+def error_responses(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular post-processing hook: the error envelope on every status code that can occur."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Error"] = ERROR
+    ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for path, item in result.get("paths", {}).items():
+        for _method, operation in item.items():
+            codes = dict(COMMON)
+            if "requestBody" in operation:
+                codes.update(WITH_BODY)
+            if re.search(r"\{\w+\}", path):
+                codes.update(ON_ONE_MEMORY)
+            responses = operation.setdefault("responses", {})
+            codes.update(
+                {code: description for code, description in ON_ONE_MEMORY.items() if code in responses}
+            )
+            for code, description in codes.items():
+                responses.setdefault(code, {"description": description})
+                responses[code].setdefault("content", ref)
+            responses["429"].setdefault(
+                "headers", {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}}
+            )
+    return result

@@ -5,23 +5,76 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from memory_platform.conf import memory_settings
 from memory_platform.embeddings import EmbeddingError, validate_vector
 
+# JSON types each field takes as they are: DRF would turn 0 into "0" for a text field, or "5" into 5.
+_JSON_TYPES: tuple[tuple[type, tuple[type, ...], str], ...] = (
+    (serializers.BooleanField, (bool,), "a boolean"),
+    (serializers.IntegerField, (int,), "an integer"),
+    (serializers.FloatField, (int, float), "a number"),
+    (serializers.ListField, (list,), "an array"),
+    (serializers.ChoiceField, (str,), "a string"),
+    (serializers.DateTimeField, (str,), "a date-time string"),
+    (serializers.CharField, (str,), "a string"),
+)
+
+
+def json_type_error(field: serializers.Field, value: Any) -> str:
+    """Why ``value`` is not of the JSON type ``field`` takes ("" when it is)."""
+    if value is None:
+        return ""  # the field's own allow_null decides
+    for field_class, types, name in _JSON_TYPES:
+        if isinstance(field, field_class):
+            if (
+                isinstance(field, serializers.IntegerField)
+                and isinstance(value, float)
+                and value.is_integer()
+            ):
+                return ""  # 3.0 is an integer to JSON Schema
+            if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+                return f"must be {name}"
+            if (
+                isinstance(field, serializers.ListField)
+                and isinstance(value, list)
+                and not isinstance(field.child, serializers.Serializer)
+            ):
+                for item in value:
+                    wrong = json_type_error(field.child, item)
+                    if wrong:
+                        return f"every item {wrong}"
+            return ""
+    return ""
+
 
 class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not know, so a typo is a 400 instead of a silently ignored option."""
+    # Refuses fields it does not know (a typo is a 400, not an ignored option) and values of
+    # another JSON type. The API schema says so (``memory_platform.api.schema``), and states the
+    # rules in ``schema_rules`` too. A serializer of query parameters (all strings) sets
+    # ``from_query``.
+    from_query = False
+    schema_rules: dict[str, Any] = {}
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+            if not self.from_query:
+                wrong = {
+                    name: [error]
+                    for name, value in data.items()
+                    if (error := json_type_error(self.fields[name], value))
+                }
+                if wrong:
+                    raise serializers.ValidationError(wrong)
         return super().to_internal_value(data)
 
 
+@extend_schema_field({"type": "object", "description": "any JSON object, at most MAX_METADATA_BYTES"})
 class MetadataField(serializers.JSONField):
     def to_internal_value(self, data: Any) -> Any:
         value = super().to_internal_value(data)
@@ -34,6 +87,16 @@ class MetadataField(serializers.JSONField):
         return value
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "number"},
+        "minItems": int(memory_settings.EMBEDDING_DIM),
+        "maxItems": int(memory_settings.EMBEDDING_DIM),
+        "contains": {"not": {"const": 0}},
+        "description": "an embedding of the tenant's dimension, not all zeros",
+    }
+)
 class VectorField(serializers.ListField):
     """A caller-supplied embedding; the tenant's dimension comes from the serializer context."""
 
@@ -61,3 +124,17 @@ def scope_field() -> serializers.CharField:
         max_length=int(memory_settings.MAX_SCOPE_CHARS),
         trim_whitespace=True,
     )
+
+
+@extend_schema_field({"type": "boolean"})
+class QueryBooleanField(serializers.Field):
+    """A boolean query parameter: ``true`` or ``false``, nothing else (DRF's BooleanField reads a
+    missing one as false, like an unticked checkbox, and an empty one as null)."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if data not in ("true", "false"):
+            raise serializers.ValidationError("must be true or false")
+        return bool(data == "true")
+
+    def to_representation(self, value: Any) -> Any:
+        return value

@@ -51,7 +51,9 @@ def validate_vector(vector: Sequence[float], dim: int) -> np.ndarray:
     array = np.asarray(vector, dtype=np.float64)
     if not np.isfinite(array).all():
         raise EmbeddingError("vector contains NaN or infinite values")
-    norm = float(np.linalg.norm(array))
-    if norm == 0.0:
+    # Scaled first: the squares of values near the largest double would overflow the norm.
+    scale = float(np.max(np.abs(array)))
+    if scale == 0.0:
         raise EmbeddingError("vector is all zeros")
-    return (array / norm).astype(np.float32)
+    array = array / scale
+    return (array / np.linalg.norm(array)).astype(np.float32)

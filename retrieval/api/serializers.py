@@ -37,12 +37,18 @@ class SearchInSerializer(StrictSerializer, ScopeFilters):
     include_dormant = serializers.BooleanField(required=False, default=False)
     explain = serializers.BooleanField(required=False, default=False)
 
+    # The rule of validate(), for the API schema. (A time range that ends before it starts is
+    # valid and selects nothing.)
+    schema_rules = {
+        "anyOf": [
+            {"required": ["query"], "properties": {"query": {"pattern": r"\S"}}},
+            {"required": ["vector"], "properties": {"vector": {"type": "array"}}},
+        ]
+    }
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs.get("query", "").strip() and attrs.get("vector") is None:
             raise serializers.ValidationError({"query": ["give a query, a vector, or both"]})
-        start, end = attrs.get("occurred_from"), attrs.get("occurred_to")
-        if start and end and start > end:
-            raise serializers.ValidationError({"occurred_from": ["must not be after occurred_to"]})
         return attrs
 
 
@@ -66,9 +72,16 @@ class FeedbackInSerializer(StrictSerializer):
         child=serializers.IntegerField(min_value=1), required=False, default=list, max_length=200
     )
 
+    # The first rule of validate(), for the API schema. (A memory in both lists is a 409: the
+    # request contradicts itself, which a schema cannot say.)
+    schema_rules = {
+        "anyOf": [
+            {"required": ["used"], "properties": {"used": {"minItems": 1}}},
+            {"required": ["unused"], "properties": {"unused": {"minItems": 1}}},
+        ]
+    }
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs["used"] and not attrs["unused"]:
             raise serializers.ValidationError({"used": ["name at least one memory, used or unused"]})
-        if set(attrs["used"]) & set(attrs["unused"]):
-            raise serializers.ValidationError({"unused": ["a memory cannot be both used and unused"]})
         return attrs

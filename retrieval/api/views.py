@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,6 +14,7 @@ from episodes.api.serializers import filter_scope
 from episodes.api.views import not_found
 from episodes.services import EpisodeNotFound
 from memory_platform.api.base import TenantAPIView
+from memory_platform.api.errors import Conflict
 
 from .. import services, usage
 from ..context import context
@@ -157,12 +158,21 @@ class FeedbackView(TenantAPIView):
     required_scope = "write"
 
     @extend_schema(
-        request=s.FeedbackInSerializer, responses={200: dict}, summary="Which returned memories were used"
+        request=s.FeedbackInSerializer,
+        responses={
+            200: dict,
+            404: OpenApiResponse(description="a named memory is not in the caller's tenant"),
+            409: OpenApiResponse(description="a memory is named both used and unused"),
+        },
+        summary="Which returned memories were used",
     )
     def post(self, request: Request) -> Response:
         serializer = s.FeedbackInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
+        both = sorted(set(d["used"]) & set(d["unused"]))
+        if both:
+            raise Conflict(f"memories {both[:10]} are both used and unused")
         try:
             body = services.feedback(
                 tenant=self.tenant, used=d["used"], unused=d["unused"], now=timezone.now()

@@ -125,11 +125,12 @@ def test_bad_memories_are_400_and_write_nothing(caller, payload):
     assert _counts() == before
 
 
-def test_linking_to_itself_is_400(provided):
+def test_linking_to_itself_is_409(provided):
+    """A well-formed request that cannot be done (the schema cannot say "not the path's id")."""
     vector = unit_vectors(1)[0].tolist()
     episode_id = provided.post("/api/v1/memories", {"text": "a", "vector": vector}).json()["id"]
     response = provided.post(f"/api/v1/memories/{episode_id}/links", {"target_id": episode_id})
-    assert response.status_code == 400
+    assert response.status_code == 409
 
 
 def _nested(depth):
