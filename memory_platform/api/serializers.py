@@ -27,6 +27,10 @@ def json_type_error(field: serializers.Field, value: Any) -> str:
     """Why ``value`` is not of the JSON type ``field`` takes ("" when it is)."""
     if value is None:
         return ""  # the field's own allow_null decides
+    if isinstance(field, VectorField):
+        # It checks its own items (validate_vector), once; a second pass would cost a search
+        # request a few hundred isinstance calls.
+        return "" if isinstance(value, list) else "must be an array"
     for field_class, types, name in _JSON_TYPES:
         if isinstance(field, field_class):
             if (
