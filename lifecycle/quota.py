@@ -1,7 +1,8 @@
 """A tenant's hot tier is bounded in bytes (DESIGN §3 LRU): one tenant can never fill the Redis
 that every tenant's hot index lives in.
 
-Ingest calls ``make_room`` once its turns are durable and before they are indexed: while the
+Ingest calls ``make_room`` once its turns are durable and before they are indexed (and unpacking
+or pinning, once an episode is back in hot): while the
 tenant's hot episodes weigh more than its policy's ``hot_quota_bytes``, the least recently used of
 them go warm (journaled, as the tick would move them), never another tenant's and never an
 anchor. The episodes just written go last, so a single batch larger than the quota still ends

@@ -109,12 +109,13 @@ def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int
 def episode_pin(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime, actor: str) -> Episode:
     """Pin or unpin, journaled. A pinned episode never goes cold (seed 003 §4.6), so pinning a cold
     one brings it back to hot in the same move."""
+    promoted = False
     with transaction.atomic():
         episode = episode_for_update(tenant, episode_id)
         if episode.anchor != anchor:
             if anchor and episode.layer == Layer.COLD:
                 move = transitions.Move(now=now, actor=actor)
-                transitions.promote(episode, reason="pin", move=move, also={"anchor": True})
+                promoted = transitions.promote(episode, reason="pin", move=move, also={"anchor": True})
             else:
                 Episode.objects.filter(tenant=tenant, pk=episode.pk).update(
                     anchor=anchor, version=F("version") + 1
@@ -130,6 +131,8 @@ def episode_pin(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime,
                 )
                 if episode.layer == Layer.HOT:  # its documents carry the anchor tag
                     transaction.on_commit(lambda: sync_episode(tenant.pk, episode.pk))
+    if promoted:  # back in hot: the quota makes room for it (an anchor itself never leaves)
+        make_room(tenant=tenant, now=now, arriving=[episode.pk], actor=actor)
     episode.refresh_from_db()
     return episode
 
@@ -142,6 +145,8 @@ def episode_unpack(*, tenant: Tenant, episode_id: int, now: datetime, actor: str
         previous = episode.layer
         if previous != Layer.HOT:
             transitions.promote(episode, reason="unpack", move=transitions.Move(now=now, actor=actor))
+    if previous != Layer.HOT:
+        make_room(tenant=tenant, now=now, arriving=[episode.pk], actor=actor)
     return episode, previous
 
 

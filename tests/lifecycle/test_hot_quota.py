@@ -82,6 +82,25 @@ def test_a_batch_larger_than_the_quota_ends_within_it(db):
     assert Episode.objects.filter(pk__in=body["episode_ids"], layer=Layer.WARM).count() >= 3
 
 
+def test_unpacking_makes_room_too(db):
+    from django.utils import timezone
+
+    from lifecycle.services import episode_pack
+
+    caller = Caller("unpacker", embedder="provided")
+    vectors = unit_vectors(6, seed=14)
+    ids = caller.post("/api/v1/turns", {"turns": _turns("u", 6, 5_000, vectors, "s")}).json()["episode_ids"]
+    for episode_id in ids[:3]:
+        episode_pack(
+            tenant=caller.tenant, episode_id=episode_id, layer="warm", now=timezone.now(), actor="test"
+        )
+    _set_quota(caller.tenant, hot_bytes(caller.tenant))  # full: three hot episodes
+    assert caller.post(f"/api/v1/memories/{ids[0]}/unpack").status_code == 200
+    assert hot_bytes(caller.tenant) <= policy_for(caller.tenant).hot_quota_bytes
+    assert Episode.objects.get(pk=ids[0]).layer == Layer.HOT  # the one asked for stays
+    assert Episode.objects.filter(pk__in=ids[3:], layer=Layer.WARM).count() == 1
+
+
 def test_the_tick_keeps_the_quota_in_bytes_too(db):
     from django.utils import timezone
 
