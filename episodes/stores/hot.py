@@ -10,7 +10,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,8 @@ from memory_platform.conf import memory_settings
 from memory_platform.redis_client import get_redis, info_field, refusing_writes
 
 from ..scope import OWNER_FIELDS, Scope
-from . import keys
+from . import hot_replies, keys
+from .hot_replies import HotHit
 
 logger = logging.getLogger(__name__)
 
@@ -64,14 +65,6 @@ class TurnDoc:
     turn: Any
     text: str
     vector: np.ndarray
-
-
-@dataclass
-class HotHit:
-    doc_id: str
-    episode_id: int
-    turn_id: int | None
-    score: float
 
 
 @dataclass(frozen=True)
@@ -184,7 +177,9 @@ class HotStore:
 
     def _wait_for_initial_scan(self, name: str) -> None:
         deadline = time.monotonic() + INITIAL_SCAN_WAIT
-        while float(_text(info_field(self.client.execute_command("FT.INFO", name), "indexing", 0))):
+        while float(
+            hot_replies.text(info_field(self.client.execute_command("FT.INFO", name), "indexing", 0))
+        ):
             if time.monotonic() > deadline:
                 logger.warning("hot index %s is still indexing existing documents", name)
                 return
@@ -192,7 +187,7 @@ class HotStore:
 
     def outdated_indexes(self) -> list[str]:
         """Indexes of earlier versions still in Redis (``keys.OUTDATED_BASES``)."""
-        names = [_text(name) for name in self.client.execute_command("FT._LIST")]
+        names = [hot_replies.text(name) for name in self.client.execute_command("FT._LIST")]
         return [name for name in names if name.startswith(keys.OUTDATED_BASES)]
 
     def drop_outdated(self) -> int:
@@ -364,7 +359,7 @@ class HotStore:
         )
         text_hits: list[HotHit] | None = None
         if vector is not None and text_query is not None and feedback is not None and feedback.docs > 0:
-            text_hits = _hits(self._run(index, text_query)[0], distance=False)
+            text_hits = hot_replies.hits(self._run(index, text_query)[0], distance=False)
             vector = self._moved_towards(
                 vector, [h.doc_id for h in text_hits[: feedback.docs]], feedback.weight
             )
@@ -376,8 +371,8 @@ class HotStore:
             queries["text"] = text_query
         replies = dict(zip(queries, self._run(index, *queries.values()), strict=True)) if queries else {}
         if text_hits is None:
-            text_hits = _hits(replies.get("text"), distance=False)
-        return _hits(replies.get("vector"), distance=True), text_hits
+            text_hits = hot_replies.hits(replies.get("text"), distance=False)
+        return hot_replies.hits(replies.get("vector"), distance=True), text_hits
 
     def _run(self, index: str, *queries: BaseQuery) -> list[Any]:
         """FT.SEARCH each query on ``index``, pipelined in one round trip; the raw replies in order."""
@@ -415,7 +410,7 @@ class HotStore:
         )
         return {
             int(info_field(fields, "episode"))
-            for _, _, fields in _entries(self._run(index, query)[0], with_scores=False)
+            for _, _, fields in hot_replies.entries(self._run(index, query)[0], with_scores=False)
         }
 
     def collect_garbage(self, tenant_hex: str) -> None:
@@ -432,7 +427,7 @@ class HotStore:
     def count(self, tenant_hex: str, doctype: str = keys.DOC_TURN) -> int:
         index = self.ensure_index(tenant_hex)
         expr = self._filter(tenant_hex, doctype, Scope())
-        return _total(self._run(index, CountQuery(filter_expression=expr))[0])
+        return hot_replies.total(self._run(index, CountQuery(filter_expression=expr))[0])
 
 
 def _hybrid_policy(scope: Scope) -> str:
@@ -442,62 +437,6 @@ def _hybrid_policy(scope: Scope) -> str:
     keeps: exact, and cheap when they are few (a session, kind, tag, time window); see
     docs/decisions/0003."""
     return "ADHOC_BF" if scope.narrowed else "BATCHES"
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _total(reply: Any) -> int:
-    if isinstance(reply, dict):  # RESP3
-        return int(info_field(reply, "total_results", 0))
-    return int(reply[0])
-
-
-def _entries(reply: Any, with_scores: bool) -> Iterator[tuple[Any, Any, Any]]:
-    """(key, score, fields map) of each result of an FT.SEARCH reply, raw: RESP3 (a map) or RESP2
-    (a flat list; WITHSCORES puts the score after each key). Only the fields used are read later:
-    decoding every field of every row cost more than Redis took to answer."""
-    if reply is None:
-        return
-    if isinstance(reply, dict):
-        for result in info_field(reply, "results") or []:
-            yield (
-                info_field(result, "id"),
-                info_field(result, "score"),
-                info_field(result, "extra_attributes") or {},
-            )
-        return
-    items = reply[1:]
-    step = 3 if with_scores else 2
-    for i in range(0, len(items), step):
-        values = items[i + step - 1]
-        yield (
-            items[i],
-            items[i + 1] if with_scores else None,
-            dict(zip(values[::2], values[1::2], strict=False)),
-        )
-
-
-def _hits(reply: Any, *, distance: bool) -> list[HotHit]:
-    """KNN replies carry a distance field; BM25 replies a score (WITHSCORES)."""
-    hits = []
-    for key, score, fields in _entries(reply, with_scores=not distance):
-        turn_id = info_field(fields, "turn_id")
-        if distance:
-            found = info_field(fields, "vector_distance")
-            value = 1.0 - float(found) if found is not None else 0.0
-        else:
-            value = float(score or 0.0)
-        hits.append(
-            HotHit(
-                doc_id=_text(key),
-                episode_id=int(info_field(fields, "episode")),
-                turn_id=int(turn_id) if turn_id else None,
-                score=value,
-            )
-        )
-    return hits
 
 
 _store: HotStore | None = None
