@@ -30,10 +30,20 @@ class TurnInline(admin.TabularInline):
 
 @admin.register(Turn)
 class TurnAdmin(ReadOnlyAdmin):
-    list_display = ("id", "tenant", "session_id", "seq", "role", "short_text", "occurred_at", "episode")
+    list_display = (
+        "id",
+        "public_id",
+        "tenant",
+        "session_id",
+        "seq",
+        "role",
+        "short_text",
+        "occurred_at",
+        "episode",
+    )
     list_filter = ("tenant", "role")
     list_select_related = ("tenant", "episode")
-    search_fields = ("text", "session_id")
+    search_fields = ("=public_id", "text", "session_id")
     exclude = ("embedding",)
     raw_id_fields = ("episode",)
 

@@ -14,7 +14,16 @@ from pgvector.django import HnswIndex, VectorField
 from memory_platform.conf import DEFAULTS
 from memory_platform.tenancy.models import Tenant
 
+from . import public_ids
+
 EMBEDDING_DIM = int(DEFAULTS["EMBEDDING_DIM"])
+
+
+def public_id_field() -> models.CharField:
+    """The id the API shows (``episodes.public_ids``); unique in its tenant, compared bytewise."""
+    return models.CharField(
+        max_length=public_ids.LENGTH, default=public_ids.new, editable=False, db_collation="C"
+    )
 
 
 def turn_hot_bytes(text: str) -> int:
@@ -70,6 +79,7 @@ _PACKED = models.Q(layer__in=["warm", "cold"])
 
 class Episode(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="episodes")
+    public_id = public_id_field()
     user_id = models.CharField(max_length=200, blank=True, default="")
     agent_id = models.CharField(max_length=200, blank=True, default="")
     session_id = models.CharField(max_length=200, blank=True, default="")
@@ -171,6 +181,7 @@ class Episode(models.Model):
                 condition=models.Q(last_occurred_at__gte=models.F("first_occurred_at")),
                 name="episode_occurred_ordered",
             ),
+            models.UniqueConstraint(fields=["tenant", "public_id"], name="episode_tenant_public_id"),
         ]
 
     def __str__(self) -> str:
@@ -180,6 +191,7 @@ class Episode(models.Model):
 class Turn(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="turns")
     episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="turns")
+    public_id = public_id_field()
     user_id = models.CharField(max_length=200, blank=True, default="")
     agent_id = models.CharField(max_length=200, blank=True, default="")
     session_id = models.CharField(max_length=200, blank=True, default="")
@@ -214,6 +226,7 @@ class Turn(models.Model):
             # (migration 0008); the column is not on the model, so Django never writes it. The GIN
             # index keeps no pending list (migration 0010).
         ]
+        constraints = [models.UniqueConstraint(fields=["tenant", "public_id"], name="turn_tenant_public_id")]
 
     def __str__(self) -> str:
         return f"{self.role}: {self.text[:60]}"

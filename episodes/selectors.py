@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 from django.db.models import Count, Q, QuerySet
 
 from memory_platform.tenancy.models import Tenant
 
-from . import shapes
+from . import public_ids, shapes
 from .models import Episode, Link, State
 from .scope import Scope
 
@@ -23,34 +22,60 @@ def episodes_for(tenant: Tenant, scope: Scope | None = None) -> QuerySet[Episode
     return Episode.objects.for_tenant(tenant).filter((scope or Scope()).q())
 
 
-#: What a cursor looks like (episodes.api states it in the schema).
-CURSOR = re.compile(r"[0-9]{1,18}")
-
-
 def episode_get(*, tenant: Tenant, episode_id: int) -> Episode | None:
     return episodes_for(tenant).filter(pk=episode_id).first()
 
 
-def encode_cursor(episode_id: int) -> str:
-    """Where the next page starts: the last id of this one (pages go newest first, by id)."""
-    return str(episode_id)
+class Named(NamedTuple):
+    """An episode a caller named: its internal and its public id."""
+
+    pk: int
+    public_id: str
 
 
-def decode_cursor(cursor: str) -> int:
-    if not CURSOR.fullmatch(cursor):
-        raise ValueError("invalid cursor")
-    return int(cursor)
+def episodes_named(
+    tenant: Tenant, references: Iterable[public_ids.Reference]
+) -> dict[public_ids.Reference, Named]:
+    """The tenant's episodes (forgotten ones included) that ``references`` name (``public_ids.parse``),
+    by reference. Another tenant's episode is not found, like none."""
+    public = {r for r in references if isinstance(r, str)}
+    legacy = {r for r in references if isinstance(r, int)}
+    if not public and not legacy:
+        return {}
+    rows = (
+        Episode.objects.for_tenant(tenant)
+        .filter(Q(public_id__in=public) | Q(pk__in=legacy))
+        .values_list("pk", "public_id")
+    )
+    found: dict[public_ids.Reference, Named] = {}
+    for pk, public_id in rows:
+        if public_id in public:
+            found[public_id] = Named(pk, public_id)
+        if pk in legacy:
+            found[pk] = Named(pk, public_id)
+    return found
+
+
+def public_ids_of(tenant: Tenant, episode_ids: Iterable[int]) -> dict[int, str]:
+    """The public ids of the tenant's episodes with these internal ids."""
+    rows = Episode.objects.for_tenant(tenant).filter(pk__in=list(episode_ids)).values_list("pk", "public_id")
+    return dict(rows)
 
 
 def episode_list(
     *, tenant: Tenant, scope: Scope, cursor: str | None, limit: int
 ) -> tuple[list[Episode], str | None]:
-    """A page of the tenant's episodes in ``scope``, newest first, and the cursor of the next."""
+    """A page of the tenant's episodes in ``scope``, newest first (by when they were made), and the
+    cursor of the next: the public id of this page's last episode. Raises ValueError for a
+    malformed cursor, LookupError for one that names no episode of the tenant."""
     qs = episodes_for(tenant, scope)
     if cursor:
-        qs = qs.filter(pk__lt=decode_cursor(cursor))
+        after = episodes_named(tenant, [public_ids.parse(cursor)])
+        if not after:
+            raise LookupError("the cursor names no memory of yours; start again without one")
+        qs = qs.filter(pk__lt=next(iter(after.values())).pk)
     page = list(qs.order_by("-pk")[: limit + 1])
-    next_cursor = encode_cursor(page[limit - 1].pk) if len(page) > limit else None
+    next_cursor = page[limit - 1].public_id if len(page) > limit else None
     return page[:limit], next_cursor
 
 
@@ -73,8 +98,8 @@ def degrees(tenant: Tenant, episode_ids: Sequence[int]) -> dict[int, tuple[int, 
 
 def links_of(tenant: Tenant, episode_id: int) -> dict[str, list[dict[str, Any]]]:
     links = Link.objects.for_tenant(tenant)
-    out_links = links.filter(src_id=episode_id).values_list("dst_id", "kind")
-    in_links = links.filter(dst_id=episode_id).values_list("src_id", "kind")
+    out_links = links.filter(src_id=episode_id).values_list("dst__public_id", "kind")
+    in_links = links.filter(dst_id=episode_id).values_list("src__public_id", "kind")
     return {
         "out": [{"episode_id": d, "kind": k} for d, k in out_links],
         "in": [{"episode_id": s, "kind": k} for s, k in in_links],

@@ -55,6 +55,9 @@ class IngestedTurn:
     turn_id: int
     episode_id: int
     seq: int
+    #: What the API shows (``episodes.public_ids``).
+    public_id: str = ""
+    episode_public_id: str = ""
 
 
 @dataclass
@@ -120,7 +123,13 @@ def turns_ingest(
             _ingest_scope(tenant, scope, indices, turns, vectors, now, rules, touched, turn_objs)
         created = Turn.objects.bulk_create([t for _, t in turn_objs])
         for (i, _), row in zip(turn_objs, created, strict=True):
-            result_turns[i] = IngestedTurn(turn_id=row.pk, episode_id=row.episode_id, seq=row.seq)
+            result_turns[i] = IngestedTurn(
+                turn_id=row.pk,
+                episode_id=row.episode_id,
+                seq=row.seq,
+                public_id=row.public_id,
+                episode_public_id=touched[row.episode_id].public_id,
+            )
         _refresh_episodes(touched.values(), [t for _, t in turn_objs])
         episode_ids = list(touched)
         result = IngestResult(turns=[t for t in result_turns if t is not None], episode_ids=episode_ids)

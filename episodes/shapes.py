@@ -32,7 +32,7 @@ def cold_tags(episode: Episode) -> list[str]:
 
 def turn_body(turn: Any) -> dict[str, Any]:
     return {
-        "id": turn.pk,
+        "id": turn.public_id,
         "seq": turn.seq,
         "role": turn.role,
         "text": turn.text,
@@ -65,7 +65,7 @@ def scope_body(episode: Episode) -> dict[str, str]:
 def list_item(episode: Episode, degree: tuple[int, int] = (0, 0)) -> dict[str, Any]:
     """An episode in a list: what every shape shares, without its content."""
     return {
-        "id": episode.pk,
+        "id": episode.public_id,
         "kind": episode.kind,
         "title": episode.title,
         "layer": episode.layer,
@@ -118,9 +118,10 @@ def hit(
     explain: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A search or activation result: the layer's part, the matched turns of a hot episode, the ids
-    of every turn (so a caller can tell what unpacking would bring back) and its unpack handle."""
+    of every turn (so a caller can tell what unpacking would bring back) and its unpack handle.
+    ``matched`` holds internal turn ids; ``turns`` the episode's turns (all of them)."""
     body: dict[str, Any] = {
-        "episode_id": episode.pk,
+        "episode_id": episode.public_id,
         "layer": episode.layer,
         "kind": episode.kind,
         "title": episode.title,
@@ -132,12 +133,13 @@ def hit(
         "last_occurred_at": _iso(episode.last_occurred_at),
         "entities": episode.entities,
         "decisions": episode.decisions,
-        "unpack": f"/api/v1/memories/{episode.pk}/unpack",
-        "turn_ids": [t.pk for t in turns],
+        "unpack": f"/api/v1/memories/{episode.public_id}/unpack",
+        "turn_ids": [t.public_id for t in turns],
     }
     body.update(layer_body(episode, turns, deep=deep))
     if episode.layer == Layer.HOT:
-        body["matched_turn_ids"] = [t for t, _ in matched]
+        shown = {t.pk: t.public_id for t in turns}
+        body["matched_turn_ids"] = [shown[t] for t, _ in matched if t in shown]
     if explain:
         body["explain"] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in explain.items()}
     return body

@@ -301,6 +301,7 @@ class EpisodeAdmin(admin.ModelAdmin):
 
     list_display = (
         "id",
+        "public_id",
         "title",
         "tenant",
         "kind",
@@ -317,9 +318,10 @@ class EpisodeAdmin(admin.ModelAdmin):
     )
     list_filter = ("tenant", "layer", "state", "kind", "anchor", "needs_reindex")
     list_select_related = ("tenant", "tenant__policy")
-    search_fields = ("title", "search_text", "session_id", "user_id")
+    search_fields = ("=public_id", "title", "search_text", "session_id", "user_id")
     date_hierarchy = "last_occurred_at"
     readonly_fields = (
+        "public_id",
         "tenant",
         "layer",
         "state",

@@ -46,7 +46,9 @@ def context(
             return False
         used += cost
         seen.add(episode.pk)
-        sections[section].append({"episode_id": episode.pk, "layer": episode.layer, "text": text, **extra})
+        sections[section].append(
+            {"episode_id": episode.public_id, "layer": episode.layer, "text": text, **extra}
+        )
         lines.append(text)
         return True
 

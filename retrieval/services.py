@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -259,12 +260,20 @@ def record_access(
 
 # --- shaping ---------------------------------------------------------------------------------------
 def search_shaped(
-    *, tenant: Tenant, query: SearchQuery, now: datetime, may_unpack: bool = True
+    *,
+    tenant: Tenant,
+    query: SearchQuery,
+    now: datetime,
+    may_unpack: bool = True,
+    found: Callable[[list[int]], object] | None = None,
 ) -> dict[str, Any]:
     """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``). ``depth=deep``
     shows every hit whole and, when ``may_unpack`` (a key with the write scope), unpacks the warm
-    and cold hits (back to hot); without it they are read whole where they are."""
+    and cold hits (back to hot); without it they are read whole where they are. ``found`` is told
+    the hits' internal ids (to record their uses)."""
     result = search(tenant=tenant, query=query, now=now)
+    if found is not None:
+        found([h.episode.pk for h in result.hits])
     deep = query.depth == "deep"
     if deep and may_unpack:
         for hit in result.hits:

@@ -90,6 +90,19 @@ def outsider(db) -> Caller:
     return Caller("outsider")
 
 
+def pk(public_id: str) -> int:
+    """The internal id of the episode the API calls ``public_id`` (services and rows use it)."""
+    from episodes.models import Episode
+
+    return Episode.objects.values_list("pk", flat=True).get(public_id=public_id)
+
+
+def turn_pk(public_id: str) -> int:
+    from episodes.models import Turn
+
+    return Turn.objects.values_list("pk", flat=True).get(public_id=public_id)
+
+
 def unit_vectors(count: int, seed: int = 0, dim: int = 384):
     """Deterministic random unit vectors for tenants that provide their own embeddings."""
     import numpy as np

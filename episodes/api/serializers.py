@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from memory_platform.api.serializers import (
@@ -14,9 +15,39 @@ from memory_platform.api.serializers import (
 )
 from memory_platform.conf import memory_settings
 
+from .. import public_ids
 from ..models import LinkKind, Role
 from ..scope import OWNER_FIELDS, Scope
-from ..selectors import CURSOR
+
+#: A memory's id in a path, a body or a cursor, as the schema states it.
+MEMORY_ID_SCHEMA = {
+    "type": "string",
+    "pattern": f"^{public_ids.REFERENCE}$",
+    "description": public_ids.describe(),
+}
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            MEMORY_ID_SCHEMA,
+            {"type": "integer", "minimum": 1, "maximum": 10**18 - 1, "description": "an old integer id"},
+        ]
+    }
+)
+class MemoryIdField(serializers.Field):
+    """A memory named in a body: its public id, or (during the transition) its old integer id."""
+
+    default_error_messages = {"invalid": public_ids.describe()}
+
+    def to_internal_value(self, data: Any) -> public_ids.Reference:
+        try:
+            return public_ids.parse(data)
+        except ValueError:
+            self.fail("invalid")
+
+    def to_representation(self, value: Any) -> Any:
+        return value
 
 
 def owner_scope(data: dict[str, Any], defaults: dict[str, Any] | None = None) -> Scope:
@@ -104,12 +135,12 @@ class MemoryInSerializer(StrictSerializer, ScopeMixin):
 
 
 class LinkInSerializer(StrictSerializer):
-    target_id = serializers.IntegerField(min_value=1)
+    target_id = MemoryIdField()
     kind = serializers.ChoiceField(choices=LinkKind.choices, default=LinkKind.RELATED)
 
 
 class LinkDeleteSerializer(StrictSerializer):
-    target_id = serializers.IntegerField(min_value=1)
+    target_id = MemoryIdField()
     kind = serializers.ChoiceField(choices=LinkKind.choices, required=False)
 
 
@@ -125,5 +156,7 @@ class MemoryListQuerySerializer(StrictSerializer):
     )
     anchor = QueryBooleanField(required=False)
     tag = serializers.CharField(required=False)
-    cursor = serializers.RegexField(f"^{CURSOR.pattern}$", required=False)
+    cursor = serializers.RegexField(
+        f"^{public_ids.REFERENCE}$", required=False, help_text="the next_cursor of the previous page"
+    )
     limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)

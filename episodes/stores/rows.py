@@ -42,6 +42,7 @@ class TurnRow(NamedTuple):
     pk: int
     episode_id: int
     seq: int
+    public_id: str
     role: str = ""
     text: str = ""
     occurred_at: datetime | None = None
@@ -89,16 +90,16 @@ def turns_for(tenant: Tenant, episode_ids: Sequence[int], *, full: set[int]) -> 
     if not episode_ids:
         return out
     rows = db.fetch(
-        "SELECT id, episode_id, seq, s.shown, role, CASE WHEN s.shown THEN text END, occurred_at, "
+        "SELECT id, episode_id, seq, public_id, s.shown, role, CASE WHEN s.shown THEN text END, occurred_at, "
         f"CASE WHEN s.shown THEN metadata END FROM {TURNS}, LATERAL (SELECT episode_id = ANY(%s) AS shown) s "
         "WHERE tenant_id = %s AND episode_id = ANY(%s) ORDER BY episode_id, seq, id",
         [list(full), tenant.pk, list(episode_ids)],
     )
-    for pk, episode_id, seq, shown, role, text, occurred_at, metadata in rows:
+    for pk, episode_id, seq, public_id, shown, role, text, occurred_at, metadata in rows:
         turn = (
-            TurnRow(pk, episode_id, seq, role, text, occurred_at, metadata or {})
+            TurnRow(pk, episode_id, seq, public_id, role, text, occurred_at, metadata or {})
             if shown
-            else TurnRow(pk, episode_id, seq)
+            else TurnRow(pk, episode_id, seq, public_id)
         )
         out[episode_id].append(turn)
     return out

@@ -1,10 +1,12 @@
 from django.urls import path
 
+from episodes.api import converters as converters  # registers <memory:...>
+
 from . import views
 
 urlpatterns = [
     path("memories", views.MemoriesView.as_view(), name="memories"),
     path("turns", views.TurnsView.as_view(), name="turns"),
-    path("memories/<int:episode_id>/anchor", views.MemoryAnchorView.as_view(), name="memory-anchor"),
+    path("memories/<memory:episode_id>/anchor", views.MemoryAnchorView.as_view(), name="memory-anchor"),
     path("forget", views.ForgetView.as_view(), name="forget"),
 ]

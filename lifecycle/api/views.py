@@ -4,16 +4,17 @@
 from __future__ import annotations
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from episodes import public_ids
 from episodes import selectors as episode_selectors
 from episodes import services as episode_services
 from episodes.api import serializers as episode_serializers
-from episodes.api.views import not_found
+from episodes.api.views import named, not_found
 from episodes.services import MemoryInput, TurnInput
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import PayloadTooLarge
@@ -57,7 +58,7 @@ class MemoriesView(TenantAPIView):
 
     @extend_schema(
         parameters=[episode_serializers.MemoryListQuerySerializer],
-        responses={200: dict},
+        responses={200: dict, 404: OpenApiResponse(description="the cursor names no memory of the caller's")},
         summary="List memories (cursor pages)",
         operation_id="v1_memories_list",
     )
@@ -79,6 +80,8 @@ class MemoriesView(TenantAPIView):
             )
         except ValueError as exc:
             raise ValidationError({"cursor": [str(exc)]}) from None
+        except LookupError as exc:
+            raise NotFound(str(exc)) from None
         return Response(
             {
                 "results": episode_selectors.episode_page(tenant=self.tenant, episodes=page),
@@ -118,8 +121,10 @@ class TurnsView(TenantAPIView):
         )
         return Response(
             {
-                "turns": [{"id": t.turn_id, "episode_id": t.episode_id, "seq": t.seq} for t in result.turns],
-                "episode_ids": result.episode_ids,
+                "turns": [
+                    {"id": t.public_id, "episode_id": t.episode_public_id, "seq": t.seq} for t in result.turns
+                ],
+                "episode_ids": list(dict.fromkeys(t.episode_public_id for t in result.turns)),
                 "searchable": result.indexed,
                 "queued": result.queued,
                 "reason": result.reason or None,
@@ -131,25 +136,25 @@ class TurnsView(TenantAPIView):
 class MemoryAnchorView(TenantAPIView):
     required_scope = "write"
 
-    def _set(self, episode_id: int, anchor: bool) -> Response:
+    def _set(self, episode_id: public_ids.Reference, anchor: bool) -> Response:
         try:
             episode = services.episode_pin(
                 tenant=self.tenant,
-                episode_id=episode_id,
+                episode_id=named(self.tenant, episode_id).pk,
                 anchor=anchor,
                 now=timezone.now(),
                 actor=f"api:{self.api_key.prefix}",
             )
         except episode_services.EpisodeNotFound:
             raise not_found(episode_id) from None
-        return Response({"id": episode.pk, "anchor": episode.anchor, "layer": episode.layer})
+        return Response({"id": episode.public_id, "anchor": episode.anchor, "layer": episode.layer})
 
     @extend_schema(request=None, responses={200: dict}, summary="Pin: never decays, never goes cold")
-    def post(self, request: Request, episode_id: int) -> Response:
+    def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
         return self._set(episode_id, True)
 
     @extend_schema(request=None, responses={200: dict}, summary="Unpin")
-    def delete(self, request: Request, episode_id: int) -> Response:
+    def delete(self, request: Request, episode_id: public_ids.Reference) -> Response:
         return self._set(episode_id, False)
 
 
@@ -163,7 +168,7 @@ class ForgetView(TenantAPIView):
             {
                 "dry_run": serializers.BooleanField(),
                 "count": serializers.IntegerField(),
-                "ids": serializers.ListField(child=serializers.IntegerField()),
+                "ids": serializers.ListField(child=serializers.CharField()),
             },
         ),
         summary="Soft forget by filter or by retrievability below a threshold (restorable; dry_run)",
@@ -189,4 +194,5 @@ class ForgetView(TenantAPIView):
             ids = services.forget_apply(
                 tenant=self.tenant, episode_ids=ids, now=now, actor=f"api:{self.api_key.prefix}"
             )
-        return Response({"dry_run": d["dry_run"], "count": len(ids), "ids": ids})
+        shown = episode_selectors.public_ids_of(self.tenant, ids)
+        return Response({"dry_run": d["dry_run"], "count": len(ids), "ids": [shown[i] for i in ids]})

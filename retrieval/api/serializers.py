@@ -4,6 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from episodes.api.serializers import MemoryIdField
 from memory_platform.api.serializers import StrictSerializer, VectorField, scope_field
 
 LAYERS = ["hot", "warm", "cold"]
@@ -65,12 +66,8 @@ class ContextInSerializer(StrictSerializer, ScopeFilters):
 
 
 class FeedbackInSerializer(StrictSerializer):
-    used = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), required=False, default=list, max_length=200
-    )
-    unused = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), required=False, default=list, max_length=200
-    )
+    used = serializers.ListField(child=MemoryIdField(), required=False, default=list, max_length=200)
+    unused = serializers.ListField(child=MemoryIdField(), required=False, default=list, max_length=200)
 
     # The first rule of validate(), for the API schema. (A memory in both lists is a 409: the
     # request contradicts itself, which a schema cannot say.)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from episodes import selectors
+from episodes import public_ids, selectors
 from episodes import services as episode_services
 from episodes.api.serializers import filter_scope
-from episodes.api.views import not_found
+from episodes.api.views import named, named_all, not_found
 from episodes.services import EpisodeNotFound
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict
@@ -29,30 +29,33 @@ class MemoryDetailView(TenantAPIView):
         responses={200: dict},
         summary="Read one memory in its layer's shape (deep: whole; a write key also unpacks it to hot)",
     )
-    def get(self, request: Request, episode_id: int) -> Response:
+    def get(self, request: Request, episode_id: public_ids.Reference) -> Response:
         depth = request.query_params.get("depth", "shallow")
         if depth not in {"shallow", "deep"}:
             raise ValidationError({"depth": ["must be 'shallow' or 'deep'"]})
+        pk = named(self.tenant, episode_id).pk
         if depth == "deep" and self.api_key.has_scope("write"):
             try:
-                return Response(unpack(tenant=self.tenant, episode_id=episode_id, now=timezone.now()))
+                return Response(unpack(tenant=self.tenant, episode_id=pk, now=timezone.now()))
             except EpisodeNotFound:
                 raise not_found(episode_id) from None
-        episode = selectors.episode_get(tenant=self.tenant, episode_id=episode_id)
+        episode = selectors.episode_get(tenant=self.tenant, episode_id=pk)
         if episode is None:
             raise not_found(episode_id)
         # A read key reads a packed episode whole where it is: moving it would be a write.
         return Response(selectors.episode_detail(tenant=self.tenant, episode=episode, deep=depth == "deep"))
 
     @extend_schema(responses={200: dict}, summary="Soft forget (restorable for the grace period)")
-    def delete(self, request: Request, episode_id: int) -> Response:
+    def delete(self, request: Request, episode_id: public_ids.Reference) -> Response:
         try:
             episode = episode_services.episode_forget(
-                tenant=self.tenant, episode_id=episode_id, now=timezone.now()
+                tenant=self.tenant, episode_id=named(self.tenant, episode_id).pk, now=timezone.now()
             )
         except EpisodeNotFound:
             raise not_found(episode_id) from None
-        return Response({"id": episode.pk, "state": episode.state, "forgotten_at": episode.forgotten_at})
+        return Response(
+            {"id": episode.public_id, "state": episode.state, "forgotten_at": episode.forgotten_at}
+        )
 
 
 class SearchView(TenantAPIView):
@@ -84,11 +87,14 @@ class SearchView(TenantAPIView):
             record_access=False,
         )
         now = timezone.now()
-        body = services.search_shaped(
-            tenant=self.tenant, query=query, now=now, may_unpack=self.api_key.has_scope("write")
-        )
         # The accesses are queued and written in the background, many searches per statement.
-        usage.recorder.add(self.tenant.id, [hit["episode_id"] for hit in body["results"]], now)
+        body = services.search_shaped(
+            tenant=self.tenant,
+            query=query,
+            now=now,
+            may_unpack=self.api_key.has_scope("write"),
+            found=lambda ids: usage.recorder.add(self.tenant.id, ids, now),
+        )
         return Response(body)
 
 
@@ -147,11 +153,13 @@ class UnpackView(TenantAPIView):
     required_scope = "write"
 
     @extend_schema(request=None, responses={200: dict}, summary="Deep unpack: restore whole, back to hot")
-    def post(self, request: Request, episode_id: int) -> Response:
+    def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
         try:
-            return Response(unpack(tenant=self.tenant, episode_id=episode_id, now=timezone.now()))
+            return Response(
+                unpack(tenant=self.tenant, episode_id=named(self.tenant, episode_id).pk, now=timezone.now())
+            )
         except EpisodeNotFound:
-            raise NotFound(f"memory {episode_id} not found") from None
+            raise not_found(episode_id) from None
 
 
 class FeedbackView(TenantAPIView):
@@ -170,13 +178,18 @@ class FeedbackView(TenantAPIView):
         serializer = s.FeedbackInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
-        both = sorted(set(d["used"]) & set(d["unused"]))
+        used, unused = named_all(self.tenant, d["used"]), named_all(self.tenant, d["unused"])
+        both = sorted({n.public_id for n in used} & {n.public_id for n in unused})
         if both:
             raise Conflict(f"memories {both[:10]} are both used and unused")
         try:
             body = services.feedback(
-                tenant=self.tenant, used=d["used"], unused=d["unused"], now=timezone.now()
+                tenant=self.tenant,
+                used=[n.pk for n in used],
+                unused=[n.pk for n in unused],
+                now=timezone.now(),
             )
-        except EpisodeNotFound as exc:
-            raise NotFound(f"memory {exc.args[0]} not found") from None
+        except EpisodeNotFound as exc:  # forgotten
+            shown = {n.pk: n.public_id for n in used + unused}
+            raise not_found(shown[exc.args[0]]) from None
         return Response(body)

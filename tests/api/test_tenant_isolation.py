@@ -6,6 +6,7 @@ from django.utils import timezone
 from episodes.models import Episode, Link
 from episodes.scope import Scope
 from episodes.stores.hot import hot_store
+from tests.conftest import pk, turn_pk
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,8 +39,9 @@ def test_outsider_lists_nothing(ours, outsider):
         ("delete", "/links", "self-target"),
     ],
 )
-def test_outsider_gets_404_on_our_ids(ours, outsider, caller, method, suffix, data):
-    a, b = ours
+@pytest.mark.parametrize("form", ["public", "legacy"])
+def test_outsider_gets_404_on_our_ids(ours, outsider, caller, method, suffix, data, form):
+    a, b = ours if form == "public" else (pk(ours[0]), pk(ours[1]))
     before = list(Episode.objects.order_by("pk").values_list("pk", "state", "anchor", "version"))
     payload = None
     if data == "self-target":
@@ -52,7 +54,7 @@ def test_outsider_gets_404_on_our_ids(ours, outsider, caller, method, suffix, da
         # our id as the target of the outsider's own memory
         response = getattr(outsider, method)(f"/api/v1/memories/{own}{suffix}", {"target_id": a})
         assert response.status_code == 404
-        assert not Link.objects.filter(dst_id=a).exists()
+        assert not Link.objects.filter(dst_id=pk(ours[0])).exists()
         return
     path = f"/api/v1/memories/{a}{suffix}"
     response = (
@@ -65,7 +67,7 @@ def test_outsider_gets_404_on_our_ids(ours, outsider, caller, method, suffix, da
 
 
 def test_outsider_finds_nothing_in_the_hot_store(ours, outsider):
-    a, _ = ours
+    a = pk(ours[0])
     vector = Episode.objects.get(pk=a).embedding
     store = hot_store()
     vector_hits, text_hits = store.search(
@@ -97,8 +99,8 @@ def test_by_id_reads_carry_the_tenant(caller, outsider):
     body = caller.post(
         "/api/v1/turns", {"session_id": "s1", "turns": [{"role": "user", "text": "the ledger is blue"}]}
     ).json()
-    episode_id = body["episode_ids"][0]
-    turn_id = body["turns"][0]["id"]
+    episode_id = pk(body["episode_ids"][0])
+    turn_id = turn_pk(body["turns"][0]["id"])
 
     ours = rows.turns_for(caller.tenant, [episode_id], full={episode_id})
     assert [t.pk for t in ours[episode_id]] == [turn_id] and ours[episode_id][0].text == "the ledger is blue"
@@ -118,7 +120,7 @@ def test_internal_by_id_work_carries_the_tenant_too(caller, outsider):
     from episodes.tasks import index_episodes
     from lifecycle.hotsync import sync_episode
 
-    episode_id = caller.post("/api/v1/memories", {"text": "the ledger is blue"}).json()["id"]
+    episode_id = pk(caller.post("/api/v1/memories", {"text": "the ledger is blue"}).json()["id"])
     hot_store().remove_episode(caller.tenant.id.hex, episode_id, [])
     assert episodes_index_hot(outsider.tenant.pk, [episode_id]) == 0
     assert index_episodes([episode_id], tenant_id=str(outsider.tenant.pk)) == 0

@@ -13,7 +13,7 @@ from episodes.stores import keys
 from episodes.stores.hot import Feedback, HotStore, _hybrid_policy, hot_store
 from memory_platform.redis_client import info_field
 
-from ..conftest import Caller, unit_vectors
+from ..conftest import Caller, pk, unit_vectors
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,6 +25,9 @@ def ingest(caller, session, vectors):
 
 
 def ingest_texts(caller, session, texts, vectors):
+    """The turns written, by internal id (the hot index's)."""
+    from episodes.models import Turn
+
     body = caller.post(
         "/api/v1/turns",
         {
@@ -36,7 +39,9 @@ def ingest_texts(caller, session, texts, vectors):
         },
     )
     assert body.status_code == 201, body.json()
-    return [t["id"] for t in body.json()["turns"]]
+    shown = [t["id"] for t in body.json()["turns"]]
+    pks = dict(Turn.objects.filter(public_id__in=shown).values_list("public_id", "pk"))
+    return [pks[public_id] for public_id in shown]
 
 
 def turn_ids(hits):
@@ -333,7 +338,7 @@ def test_an_outdated_index_is_replaced_and_its_tenant_indexed_again(caller):
 
     from episodes.stores import keys
 
-    episode_id = caller.post("/api/v1/memories", {"text": "old format", "user_id": "Alice"}).json()["id"]
+    episode_id = pk(caller.post("/api/v1/memories", {"text": "old format", "user_id": "Alice"}).json()["id"])
     store = hot_store()
     tenant_hex = caller.tenant.id.hex
     store.drop_tenant(tenant_hex)

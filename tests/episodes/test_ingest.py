@@ -7,7 +7,7 @@ from episodes.models import Episode, Link, Turn
 from episodes.scope import Scope
 from episodes.stores.hot import hot_store
 from memory_platform.redis_client import get_redis
-from tests.conftest import unit_vectors
+from tests.conftest import pk, unit_vectors
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,7 +41,7 @@ def test_a_thousand_turns_are_durable_and_every_hot_episode_is_findable(provided
 
     assert Turn.objects.filter(tenant=provided.tenant).count() == 1000
     # ids answer in input order, and each turn's text is the one sent at that position
-    texts = dict(Turn.objects.filter(pk__in=turn_ids).values_list("pk", "text"))
+    texts = dict(Turn.objects.filter(public_id__in=turn_ids).values_list("public_id", "text"))
     expected = [f"turn {i} about topic {i // 10} in s{(i - i % 100) // 250}" for i in range(1000)]
     assert [texts[t] for t in turn_ids] == expected
 
@@ -81,7 +81,9 @@ def test_segmentation_splits_on_max_turns_gap_and_boundary(provided):
     after = provided.post("/api/v1/turns", {"turns": boundary}).json()["turns"][0]
     assert after["episode_id"] != episode_of[13]
     # consecutive episodes of a session are linked by `continues`
-    assert Link.objects.filter(src_id=after["episode_id"], dst_id=episode_of[13], kind="continues").exists()
+    assert Link.objects.filter(
+        src_id=pk(after["episode_id"]), dst_id=pk(episode_of[13]), kind="continues"
+    ).exists()
     # sequence numbers keep counting across batches
     assert after["seq"] == 15
 
@@ -98,12 +100,14 @@ def test_local_embedder_ingest_extracts_entities_and_decisions(caller):
         },
     )
     assert response.status_code == 201
-    episode = Episode.objects.get(pk=response.json()["episode_ids"][0])
+    episode = Episode.objects.get(public_id=response.json()["episode_ids"][0])
     assert {"Frankfurt", "Dublin", "3 May 2026"} <= set(episode.entities)
     assert episode.decisions == ["We decided to deploy to Frankfurt first, then Dublin."]
     assert episode.embedding is not None
-    detail = caller.get(f"/api/v1/memories/{episode.pk}").json()
+    detail = caller.get(f"/api/v1/memories/{episode.public_id}").json()
     assert [t["text"] for t in detail["turns"]][1].startswith("We decided")
+    # During the transition the old integer id names the same memory; answers show the public id.
+    assert caller.get(f"/api/v1/memories/{episode.pk}").json() == detail
 
 
 def test_occurred_at_defaults_to_now_and_is_kept_apart_from_ingest_time(caller):
@@ -117,7 +121,7 @@ def test_occurred_at_defaults_to_now_and_is_kept_apart_from_ingest_time(caller):
             ]
         },
     ).json()
-    old, fresh = (Turn.objects.get(pk=t["id"]) for t in body["turns"])
+    old, fresh = (Turn.objects.get(public_id=t["id"]) for t in body["turns"])
     assert old.occurred_at == datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)
     assert old.ingested_at > old.occurred_at + timedelta(days=365)
     assert abs((fresh.occurred_at - fresh.ingested_at).total_seconds()) < 5
@@ -129,12 +133,12 @@ def test_async_ingest_is_durable_and_the_task_indexes(caller):
     body = caller.post(
         "/api/v1/turns", {"async": True, "turns": [{"role": "user", "text": "queued text"}]}
     ).json()
-    episode_id = body["episode_ids"][0]
-    assert Turn.objects.filter(pk=body["turns"][0]["id"]).exists()
+    episode_id = pk(body["episode_ids"][0])
+    assert Turn.objects.filter(public_id=body["turns"][0]["id"]).exists()
     assert hot_store().episode_ids(caller.tenant.id.hex) == set()
     index_episodes([episode_id], tenant_id=str(caller.tenant.id))  # what the worker runs
     assert hot_store().episode_ids(caller.tenant.id.hex) == {episode_id}
-    assert Turn.objects.get(pk=body["turns"][0]["id"]).embedding is not None
+    assert Turn.objects.get(public_id=body["turns"][0]["id"]).embedding is not None
 
 
 def test_redis_down_during_ingest_still_201_and_rebuild_hot_restores(provided):

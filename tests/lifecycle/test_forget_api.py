@@ -12,7 +12,7 @@ from episodes.stores.hot import hot_store
 from lifecycle import scoring
 from lifecycle.models import JournalEntry, policy_for
 from lifecycle.services import feedback_review
-from tests.conftest import Caller, unit_vectors
+from tests.conftest import Caller, pk, unit_vectors
 
 from .factories import assert_consistent
 
@@ -62,8 +62,10 @@ def test_forget_by_filter_is_soft_journaled_and_restorable(provided, memories):
     assert response.status_code == 200
     body = response.json()
     assert body["dry_run"] is False and sorted(body["ids"]) == sorted([memories["tea"], memories["coffee"]])
-    assert set(Episode.objects.filter(state=State.FORGOTTEN).values_list("pk", flat=True)) == set(body["ids"])
-    assert hot_store().episode_ids(provided.tenant.id.hex) == {memories["flight"], memories["pinned"]}
+    assert set(Episode.objects.filter(state=State.FORGOTTEN).values_list("public_id", flat=True)) == set(
+        body["ids"]
+    )
+    assert hot_store().episode_ids(provided.tenant.id.hex) == {pk(memories["flight"]), pk(memories["pinned"])}
     entries = JournalEntry.objects.filter(action="forget")
     assert entries.count() == 2 and {e.before["state"] for e in entries} == {"active"}
     assert entries.first().actor.startswith("api:")
@@ -74,7 +76,7 @@ def test_forget_by_filter_is_soft_journaled_and_restorable(provided, memories):
 
 
 def test_forget_older_than_and_by_layer(provided, memories):
-    Episode.objects.filter(pk=memories["flight"]).update(
+    Episode.objects.filter(public_id=memories["flight"]).update(
         first_occurred_at=timezone.now() - timedelta(days=400),
         last_occurred_at=timezone.now() - timedelta(days=400),
     )
@@ -106,23 +108,21 @@ def test_forget_by_retrievability_below_a_threshold(provided, memories):
     long_ago = now - timedelta(days=1000)
     # Memories last reviewed long ago with a short stability have faded; fresh ones have not.
     faded_ids = [memories["coffee"], memories["flight"], memories["pinned"]]
-    Episode.objects.filter(pk__in=faded_ids).update(
+    Episode.objects.filter(public_id__in=faded_ids).update(
         stability=0.5, difficulty=8.0, last_review_at=long_ago, last_accessed_at=long_ago
     )
     policy = policy_for(tenant)
-    for pk in faded_ids:
-        assert (
-            scoring.retrievability(scoring.EpisodeStats.from_episode(Episode.objects.get(pk=pk)), policy, now)
-            < 0.5
-        )
+    for public_id in faded_ids:
+        episode = Episode.objects.get(public_id=public_id)
+        assert scoring.retrievability(scoring.EpisodeStats.from_episode(episode), policy, now) < 0.5
     # Combined with a filter, both must hold.
     dry = provided.post("/api/v1/forget", {"retrievability_below": 0.5, "user_id": "alice", "dry_run": True})
     assert dry.json()["ids"] == [memories["flight"]]
     body = provided.post("/api/v1/forget", {"retrievability_below": 0.5}).json()
     # the anchor has faded too, but anchors never decay; the fresh memory is well remembered
     assert sorted(body["ids"]) == sorted([memories["coffee"], memories["flight"]])
-    assert Episode.objects.get(pk=memories["pinned"]).state == State.ACTIVE
-    assert Episode.objects.get(pk=memories["tea"]).state == State.ACTIVE
+    assert Episode.objects.get(public_id=memories["pinned"]).state == State.ACTIVE
+    assert Episode.objects.get(public_id=memories["tea"]).state == State.ACTIVE
 
 
 @pytest.mark.parametrize(
@@ -157,7 +157,7 @@ def test_an_outsider_cannot_forget_our_memories(provided, memories):
     assert body == {"dry_run": False, "count": 1, "ids": [theirs]}
     assert outsider.post("/api/v1/forget", {"retrievability_below": 1.0}).json()["ids"] == []
     assert snapshot(provided.tenant) == before
-    assert hot_store().episode_ids(provided.tenant.id.hex) == set(memories.values())
+    assert hot_store().episode_ids(provided.tenant.id.hex) == {pk(m) for m in memories.values()}
     assert not JournalEntry.objects.filter(tenant=provided.tenant).exists()
 
 
@@ -171,13 +171,16 @@ def test_a_read_only_key_cannot_forget(provided, memories):
 def test_feedback_reviews_used_and_unused_memories(provided, memories):
     tenant = provided.tenant
     now = timezone.now() + timedelta(days=3)
-    assert feedback_review(tenant=tenant, used=[memories["tea"]], unused=[memories["coffee"]], now=now) == 2
-    used = Episode.objects.get(pk=memories["tea"])
-    unused = Episode.objects.get(pk=memories["coffee"])
+    assert (
+        feedback_review(tenant=tenant, used=[pk(memories["tea"])], unused=[pk(memories["coffee"])], now=now)
+        == 2
+    )
+    used = Episode.objects.get(public_id=memories["tea"])
+    unused = Episode.objects.get(public_id=memories["coffee"])
     assert used.last_review_at == now == unused.last_review_at
     # Good raises stability more than Hard does (seed 004: FSRS-6 reviews).
     assert used.stability > unused.stability and unused.difficulty > used.difficulty
     # Through the API, with an outsider's id refused.
     response = provided.post("/api/v1/feedback", {"used": [memories["flight"]], "unused": []})
     assert response.status_code == 200, response.json()
-    assert Episode.objects.get(pk=memories["flight"]).stability is not None
+    assert Episode.objects.get(public_id=memories["flight"]).stability is not None

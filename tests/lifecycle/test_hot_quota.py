@@ -11,7 +11,7 @@ from episodes.stores.hot import hot_store
 from lifecycle.models import JournalEntry, policy_for
 from lifecycle.quota import hot_bytes
 from memory_platform.redis_client import get_redis
-from tests.conftest import Caller, unit_vectors
+from tests.conftest import Caller, pk, unit_vectors
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,7 +48,7 @@ def test_ingest_sends_the_least_recently_used_hot_episodes_to_warm_and_never_ano
         "/api/v1/memories", {"text": "the anchor stays hot", "anchor": True, "vector": vectors[39].tolist()}
     ).json()["id"]
 
-    first_batch: list[int] = []
+    first_batch: list[str] = []
     for round_ in range(6):
         body = filler.post(
             "/api/v1/turns", {"turns": _turns(f"r{round_}", 3, 5_000, vectors[round_ * 3 :], f"s{round_}")}
@@ -58,10 +58,12 @@ def test_ingest_sends_the_least_recently_used_hot_episodes_to_warm_and_never_ano
         assert hot_bytes(filler.tenant) <= 40_000
 
     # The oldest went warm, journaled as the tick would, by the quota; the anchor stayed.
-    assert set(Episode.objects.filter(pk__in=first_batch).values_list("layer", flat=True)) == {Layer.WARM}
+    assert set(Episode.objects.filter(public_id__in=first_batch).values_list("layer", flat=True)) == {
+        Layer.WARM
+    }
     moved = JournalEntry.objects.filter(tenant=filler.tenant, action="hot_to_warm")
     assert moved.count() >= 3 and {e.after["reason"] for e in moved} == {"hot_quota"}
-    assert Episode.objects.get(pk=anchor).layer == Layer.HOT
+    assert Episode.objects.get(public_id=anchor).layer == Layer.HOT
     # Redis holds exactly what Postgres calls hot.
     hot = set(Episode.objects.filter(tenant=filler.tenant, layer=Layer.HOT).values_list("pk", flat=True))
     assert hot_store().episode_ids(filler.tenant.id.hex) == hot
@@ -79,7 +81,7 @@ def test_a_batch_larger_than_the_quota_ends_within_it(db):
     vectors = unit_vectors(5, seed=12)
     body = caller.post("/api/v1/turns", {"turns": _turns("big", 5, 5_000, vectors, "s")}).json()
     assert hot_bytes(caller.tenant) <= 10_000
-    assert Episode.objects.filter(pk__in=body["episode_ids"], layer=Layer.WARM).count() >= 3
+    assert Episode.objects.filter(public_id__in=body["episode_ids"], layer=Layer.WARM).count() >= 3
 
 
 def test_unpacking_makes_room_too(db):
@@ -92,13 +94,13 @@ def test_unpacking_makes_room_too(db):
     ids = caller.post("/api/v1/turns", {"turns": _turns("u", 6, 5_000, vectors, "s")}).json()["episode_ids"]
     for episode_id in ids[:3]:
         episode_pack(
-            tenant=caller.tenant, episode_id=episode_id, layer="warm", now=timezone.now(), actor="test"
+            tenant=caller.tenant, episode_id=pk(episode_id), layer="warm", now=timezone.now(), actor="test"
         )
     _set_quota(caller.tenant, hot_bytes(caller.tenant))  # full: three hot episodes
     assert caller.post(f"/api/v1/memories/{ids[0]}/unpack").status_code == 200
     assert hot_bytes(caller.tenant) <= policy_for(caller.tenant).hot_quota_bytes
-    assert Episode.objects.get(pk=ids[0]).layer == Layer.HOT  # the one asked for stays
-    assert Episode.objects.filter(pk__in=ids[3:], layer=Layer.WARM).count() == 1
+    assert Episode.objects.get(public_id=ids[0]).layer == Layer.HOT  # the one asked for stays
+    assert Episode.objects.filter(public_id__in=ids[3:], layer=Layer.WARM).count() == 1
 
 
 def test_the_tick_keeps_the_quota_in_bytes_too(db):

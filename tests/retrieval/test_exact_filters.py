@@ -6,7 +6,7 @@ import pytest
 from episodes.models import Episode
 from lifecycle.services import episode_pack
 
-from ..conftest import unit_vectors
+from ..conftest import pk, unit_vectors
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,9 +53,13 @@ def _found(caller, layer, fields):
 def test_each_filter_is_exact_in_hot_and_warm(provided, twins, name):
     for layer in ("hot", "warm"):
         if layer == "warm":
-            for pk in twins[name]:
-                episode_pack(tenant=provided.tenant, episode_id=pk, layer="warm", now=_now(), actor="test")
-            assert set(Episode.objects.filter(pk__in=twins[name]).values_list("layer", flat=True)) == {"warm"}
+            for public_id in twins[name]:
+                episode_pack(
+                    tenant=provided.tenant, episode_id=pk(public_id), layer="warm", now=_now(), actor="test"
+                )
+            assert set(Episode.objects.filter(public_id__in=twins[name]).values_list("layer", flat=True)) == {
+                "warm"
+            }
         for i, fields in enumerate(TWINS[name]):
             assert _found(provided, layer, fields) == {twins[name][i]}, (layer, fields)
 

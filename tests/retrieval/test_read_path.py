@@ -14,6 +14,7 @@ from episodes.scope import Scope
 from memory_platform.embeddings import get_embedder
 from retrieval.usage import UsageRecorder, recorder
 
+from ..conftest import pk
 from .test_search import pack, turns
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,7 +47,7 @@ def test_search_counts_the_access_of_each_returned_episode_once_after_answering(
     assert recorder.pending() >= 2
     assert not any(counts().values())
     recorder.flush()
-    assert {pk: n for pk, n in counts().items() if n} == {pk: 1 for pk in returned}
+    assert {e: n for e, n in counts().items() if n} == {pk(public_id): 1 for public_id in returned}
 
 
 def test_the_background_writer_writes_queued_uses_in_one_batch(caller):
@@ -118,14 +119,14 @@ def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same
         turns(caller, f"s{i}", [f"note {i}", "ok"])
     ids = sorted(Episode.objects.filter(tenant=caller.tenant).values_list("pk", flat=True))
     now = datetime(2026, 6, 1, tzinfo=UTC)
-    for n, pk in enumerate(ids):  # varied priority: anchors, use counts, idle times
-        Episode.objects.filter(pk=pk).update(
+    for n, episode_id in enumerate(ids):  # varied priority: anchors, use counts, idle times
+        Episode.objects.filter(pk=episode_id).update(
             anchor=n % 3 == 0, access_count=n * 7, last_accessed_at=now - timedelta(days=n * 9)
         )
     Episode.objects.filter(pk=ids[1]).update(state="forgotten")
     weights = platform_weights()
     policy = policy_for(caller.tenant)
-    relevance = {pk: 1.0 - 0.04 * n for n, pk in enumerate(ids)}
+    relevance = {e: 1.0 - 0.04 * n for n, e in enumerate(ids)}
     relevance[ids[7]] = 0.1  # far below any reach
     full = {row.pk: row for row in rank_rows(caller.tenant, ids)}
     assert ids[1] not in full
@@ -154,7 +155,8 @@ def _packed_mismatches() -> int:
         return int(cursor.fetchone()[0])
 
 
-def _packed_turns(episode_id: int) -> set[bool]:
+def _packed_turns(public_id: str) -> set[bool]:
+    episode_id = pk(public_id)
     with connection.cursor() as cursor:
         cursor.execute("SELECT DISTINCT packed FROM episodes_turn WHERE episode_id = %s", [episode_id])
         return {row[0] for row in cursor.fetchall()}
@@ -169,7 +171,7 @@ def test_packed_turns_follow_their_episode_through_every_move(caller):
     pack(episode_id, "cold")
     assert _packed_turns(episode_id) == {True}
     # A turn written into a packed episode takes its episode's value.
-    episode = Episode.objects.get(pk=episode_id)
+    episode = Episode.objects.get(public_id=episode_id)
     Turn.objects.create(
         tenant=caller.tenant,
         episode=episode,
@@ -182,7 +184,7 @@ def test_packed_turns_follow_their_episode_through_every_move(caller):
     )
     assert _packed_turns(episode_id) == {True}
     # An ORM save of a turn cannot set it wrong (the column is not on the model).
-    Turn.objects.filter(episode_id=episode_id).first().save()
+    Turn.objects.filter(episode=episode).first().save()
     assert _packed_turns(episode_id) == {True}
     assert caller.post(f"/api/v1/memories/{episode_id}/unpack").status_code == 200
     assert _packed_turns(episode_id) == {False}
@@ -197,7 +199,9 @@ def test_a_packed_episode_is_found_through_one_of_its_turns(caller):
     for i in range(3):
         turns(caller, f"other{i}", [f"unrelated chat number {i}", "fine"])
     pack(episode_id, "cold")
-    Episode.objects.filter(pk=episode_id).update(headline="weather", search_text="weather", keywords=[])
+    Episode.objects.filter(public_id=episode_id).update(
+        headline="weather", search_text="weather", keywords=[]
+    )
     found = caller.post("/api/v1/search", {"query": "zeppelin museum", "layers": ["warm", "cold"]}).json()
     assert [hit["episode_id"] for hit in found["results"]][:1] == [episode_id]
 
@@ -267,7 +271,7 @@ def test_the_broad_full_text_pass_is_any_word_when_exact_and_any_two_words_at_sc
         scope=Scope(layers=("warm",), states=("active",)),
         k=10,
     )
-    found = {episode_id for episode_id, _ in text_hits}
+    found = {Episode.objects.get(pk=episode_id).public_id for episode_id, _ in text_hits}
     assert episodes["two"] in found and episodes["none"] not in found
     assert (episodes["one"] in found) is (plan == "exact")
 

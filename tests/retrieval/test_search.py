@@ -8,6 +8,7 @@ from episodes.models import Episode, Turn
 from episodes.stores.hot import hot_store
 from memory_platform.redis_client import get_redis
 from retrieval.usage import recorder
+from tests.conftest import pk, turn_pk
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,8 +44,10 @@ def search(caller, query, **extra):
 
 
 def pack(episode_id, layer):
-    """Move an episode to warm or cold by hand (the lifecycle tick does this for real)."""
-    episode = Episode.objects.get(pk=episode_id)
+    """Move an episode (named by its public or its internal id) to warm or cold by hand (the
+    lifecycle tick does this for real)."""
+    episode = Episode.objects.get(**{"public_id" if isinstance(episode_id, str) else "pk": episode_id})
+    episode_id = episode.pk
     text = " ".join(Turn.objects.filter(episode=episode).values_list("text", flat=True))
     fields = {"layer": layer, "summary": text[:200], "key_points": [text[:100]], "search_text": text}
     if layer == "cold":
@@ -120,9 +123,11 @@ def test_every_filter(caller, corpus):
     pack(corpus["cooking"], "warm")
     assert ids(search(caller, "sourdough", layers=["warm"])) == [corpus["cooking"]]
     assert corpus["cooking"] not in ids(search(caller, "sourdough", layers=["hot"]))
-    Episode.objects.filter(pk=corpus["trip"]).update(state="dormant")
+    Episode.objects.filter(public_id=corpus["trip"]).update(state="dormant")
     hot_store().update_episode_fields(
-        Episode.objects.get(pk=corpus["trip"]), corpus["trip_turns"], state="dormant"
+        Episode.objects.get(public_id=corpus["trip"]),
+        [turn_pk(t) for t in corpus["trip_turns"]],
+        state="dormant",
     )
     assert corpus["trip"] not in ids(search(caller, "Lisbon hotel"))
     assert corpus["trip"] in ids(search(caller, "Lisbon hotel", include_dormant=True))
@@ -165,23 +170,23 @@ def test_warm_and_cold_hits_are_shaped_by_layer(caller, corpus):
 
 
 def test_access_is_recorded_without_read_modify_write(caller, corpus):
-    before = Episode.objects.get(pk=corpus["trip"])
+    before = Episode.objects.get(public_id=corpus["trip"])
     search(caller, "Lisbon hotel")
     search(caller, "Lisbon hotel")
     recorder.flush()  # the API queues its uses for the background writer
-    after = Episode.objects.get(pk=corpus["trip"])
+    after = Episode.objects.get(public_id=corpus["trip"])
     assert after.access_count == before.access_count + 2
     assert after.version >= before.version + 2
 
 
 def test_deep_unpack_of_a_cold_episode_returns_every_turn_and_puts_it_back_in_hot(caller, corpus):
     pack(corpus["trip"], "cold")
-    assert corpus["trip"] not in hot_store().episode_ids(caller.tenant.id.hex)
+    assert pk(corpus["trip"]) not in hot_store().episode_ids(caller.tenant.id.hex)
     body = caller.post(f"/api/v1/memories/{corpus['trip']}/unpack").json()
     assert body["unpacked_from"] == "cold" and body["layer"] == "hot"
     assert [t["id"] for t in body["turns"]] == corpus["trip_turns"]
-    assert corpus["trip"] in hot_store().episode_ids(caller.tenant.id.hex)
-    episode = Episode.objects.get(pk=corpus["trip"])
+    assert pk(corpus["trip"]) in hot_store().episode_ids(caller.tenant.id.hex)
+    episode = Episode.objects.get(public_id=corpus["trip"])
     assert episode.restored_at is not None and episode.headline  # the packed copy is kept
 
 
@@ -236,14 +241,14 @@ def test_context_follows_links_and_counts_a_traversal(caller, corpus):
     caller.post(
         f"/api/v1/memories/{corpus['cooking']}/links", {"target_id": corpus["memory"], "kind": "references"}
     )
-    before = Episode.objects.get(pk=corpus["memory"])
+    before = Episode.objects.get(public_id=corpus["memory"])
     ctx = caller.post(
         "/api/v1/context", {"query": "sourdough starter rye flour", "max_tokens": 2000, "limit": 1}
     ).json()
     assert [x["episode_id"] for x in ctx["sections"]["relevant"]] == [corpus["cooking"]]
     assert [x["episode_id"] for x in ctx["sections"]["linked"]] == [corpus["memory"]]
     assert "Linked memories" in ctx["text"]
-    after = Episode.objects.get(pk=corpus["memory"])
+    after = Episode.objects.get(public_id=corpus["memory"])
     assert after.traverse_count == before.traverse_count + 1
     assert after.access_count == before.access_count
 

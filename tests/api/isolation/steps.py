@@ -8,7 +8,6 @@ from typing import Any
 from hypothesis import strategies as st
 
 from episodes.models import LinkKind
-from episodes.selectors import encode_cursor
 
 from .world import (
     AGENTS,
@@ -58,10 +57,17 @@ def sometimes_invalid(body: st.SearchStrategy[dict], invalid: Sequence[dict]) ->
 
 def steps(worlds: dict[str, World]) -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
     """Steps (operation, parameters) any tenant may send, with ids and values of all three."""
+    # An episode of some tenant: by its public id (as shown, or in lower case) or by its old
+    # integer id, which the API still takes.
     episode_ids = sorted(i for w in worlds.values() for i in w.originals)
+    legacy_ids = sorted(w.pks[i] for w in worlds.values() for i in w.originals)
     turn_ids = sorted(i for w in worlds.values() for i in w.turn_ids)
-    some_episode = st.sampled_from(episode_ids)
-    any_id = st.one_of(some_episode, st.sampled_from(turn_ids), st.sampled_from(EDGE_IDS))
+    turn_pks = sorted(i for w in worlds.values() for i in w.turn_pks)
+    shown = st.sampled_from(episode_ids)
+    some_episode = st.one_of(shown, shown, shown.map(str.lower), st.sampled_from(legacy_ids))
+    any_id = st.one_of(
+        some_episode, st.sampled_from(turn_ids), st.sampled_from(turn_pks), st.sampled_from(EDGE_IDS)
+    )
     sessions = sorted({f.session_id for w in worlds.values() for f in w.originals.values()})
     hexes = [w.tenant.id.hex for w in worlds.values()]
 
@@ -155,7 +161,7 @@ def steps(worlds: dict[str, World]) -> st.SearchStrategy[tuple[str, dict[str, An
             "state": (st.sampled_from(["active", "forgotten", "dormant"]), 6),
             "anchor": (st.sampled_from(["true", "false"]), 5),
             "limit": (st.sampled_from([1, 5, 200]), 4),
-            "cursor": (any_id.map(encode_cursor), 5),
+            "cursor": (any_id.map(str), 5),
         }
     )
     listing = sometimes_invalid(

@@ -15,7 +15,7 @@ from episodes.models import Episode, LinkKind
 from episodes.stores.hot import hot_store
 from lifecycle.services import episode_pack
 
-from .world import API, BY_ID, NAMED_USERS, SNAPSHOT_SQL, World, scope_value, user_marker
+from .world import API, BY_ID, NAMED_USERS, SNAPSHOT_SQL, World, scope_value, user_marker, valid_id
 
 
 # --- requests and checks --------------------------------------------------------------------------
@@ -89,7 +89,10 @@ class Suite:
         caller = world.reader if reader else world.writer
         response = getattr(caller, method)(API + path, self.resolve(body))
         self.requests += 1
-        route = " ".join([method.upper(), "/".join("{id}" if p.isdigit() else p for p in path.split("/"))])
+        parts = path.split("?")[0].split("/")
+        if len(parts) > 2 and parts[1] == "memories":
+            parts[2] = "{id}"
+        route = " ".join([method.upper(), "/".join(parts)])
         self.routes[route] += 1
         text = response.content.decode()
         if response.status_code >= 500:
@@ -107,6 +110,17 @@ class Suite:
             self.violation(f"status {status} where {sorted(allowed)} was due", sent, f"{route}: {data}")
             return False
         return True
+
+    def canonical(self, reference: Any) -> Any:
+        """The public id of the episode a reference (a public id in either case, or an old integer
+        id) names, if the data has one; else the reference itself."""
+        if isinstance(reference, int):
+            for world in self.worlds.values():
+                for public_id, pk in world.pks.items():
+                    if pk == reference:
+                        return public_id
+            return reference
+        return reference.upper()
 
     def owner_of(self, episode_id: Any) -> str | None:
         for world in self.worlds.values():
@@ -193,23 +207,23 @@ class Suite:
             self.violation("another tenant's data changed", what, f"changed: {changed}")
 
     # --- undoing the attacker's own changes -------------------------------------------------------
-    def reshape(self, world: World, episode_id: int) -> None:
+    def reshape(self, world: World, episode_id: str) -> None:
         """Put one of the attacker's episodes back as written: its pin, then its layer."""
-        original = world.originals[episode_id]
-        if Episode.objects.get(pk=episode_id).anchor != original.anchor:
+        original, pk = world.originals[episode_id], world.pks[episode_id]
+        if Episode.objects.get(pk=pk).anchor != original.anchor:
             method = "post" if original.anchor else "delete"
             sent, status, data = self.send(world, method, f"/memories/{episode_id}/anchor")
             self.expect(sent, status, {200}, data)
-        if Episode.objects.get(pk=episode_id).layer != original.layer:
+        if Episode.objects.get(pk=pk).layer != original.layer:
             episode_pack(
                 tenant=world.tenant,
-                episode_id=episode_id,
+                episode_id=pk,
                 layer=original.layer,
                 now=timezone.now(),
                 actor="test",
             )
 
-    def restore(self, world: World, ids: Iterable[int]) -> None:
+    def restore(self, world: World, ids: Iterable[Any]) -> None:
         for episode_id in ids:
             sent, status, data = self.send(world, "post", f"/memories/{episode_id}/restore")
             self.expect(sent, status, {200}, data)
@@ -228,17 +242,21 @@ class Suite:
         if self.expect(sent, status, {200}, data) and data["tenant"] != world.tenant.name:
             self.violation("whoami names another tenant", sent, str(data))
 
-    def step_by_id(self, world: World, action: str, episode_id: int, reader: bool) -> None:
-        own = episode_id in world.originals
+    def step_by_id(self, world: World, action: str, episode_id: Any, reader: bool) -> None:
+        named = self.canonical(episode_id)
+        own = named in world.originals
         method, suffix = BY_ID[action]
         if action == "get_deep":
             # A write key's deep read unpacks a packed episode: its own are read with the read key.
             reader = reader or own
         query = {"depth": "deep"} if action == "get_deep" else None
         sent, status, data = self.send(world, method, f"/memories/{episode_id}{suffix}", query, reader=reader)
-        if reader and method != "get":
+        if not valid_id(episode_id):  # no route
+            if self.expect(sent, status, {404}, data) and data["error"]["code"] != "not_found":
+                self.violation("an invalid id answered without not_found", sent, str(data))
+        elif reader and method != "get":
             self.expect(sent, status, {403}, data)
-        elif action == "restore" and episode_id in world.facts and not own:
+        elif action == "restore" and named in world.facts and not own:
             # One the suite wrote and forgot (its id drawn as a turn id): back, then forgotten again.
             if self.expect(sent, status, {200}, data):
                 sent, status, data = self.send(world, "delete", f"/memories/{episode_id}")
@@ -258,16 +276,21 @@ class Suite:
                 world, sent, [data["id"]] + [x["episode_id"] for x in links["out"] + links["in"]], action
             )
             if action in ("unpack", "anchor_post", "anchor_delete"):
-                self.reshape(world, episode_id)
+                self.reshape(world, named)
 
-    def step_links(self, world: World, method: str, source: int, target: int, kind: str | None) -> None:
+    def step_links(self, world: World, method: str, source: Any, target: Any, kind: str | None) -> None:
         body = {"target_id": target} | ({"kind": kind} if kind else {})
         sent, status, data = self.send(world, method, f"/memories/{source}/links", body)
+        source, target = self.canonical(source), self.canonical(target)
         own = source in world.originals and target in world.originals
-        if target < 1:
+        if not valid_id(source):  # no route
+            self.expect(sent, status, {404}, data)
+        elif not valid_id(target):
             self.expect(sent, status, {400}, data)
-        elif method == "post" and source == target:
-            self.expect(sent, status, {400, 409}, data)  # a request that contradicts itself
+        elif method == "post" and source == target and source in world.facts:
+            # A request that contradicts itself, whether the memory is forgotten (one the suite
+            # wrote, named by its old integer id drawn as a turn's) or not.
+            self.expect(sent, status, {409}, data)
         elif not own:
             self.expect(sent, status, {404}, data)
         elif method == "post":
@@ -285,16 +308,19 @@ class Suite:
                     sent, status, data = self.send(world, "post", f"/memories/{source}/links", again)
                     self.expect(sent, status, {201}, data)
 
-    def step_feedback(self, world: World, used: list[int], unused: list[int], reader: bool) -> None:
+    def step_feedback(self, world: World, used: list[Any], unused: list[Any], reader: bool) -> None:
         sent, status, data = self.send(
             world, "post", "/feedback", {"used": used, "unused": unused}, reader=reader
         )
+        used, unused = [self.canonical(i) for i in used], [self.canonical(i) for i in unused]
         if reader:
             self.expect(sent, status, {403}, data)
-        elif not (used or unused) or min(used + unused) < 1:
+        elif not (used or unused) or not all(valid_id(i) for i in used + unused):
             self.expect(sent, status, {400}, data)
+        elif not set(used + unused) <= set(world.facts):
+            self.expect(sent, status, {404}, data)
         elif set(used) & set(unused):
-            self.expect(sent, status, {400, 409}, data)  # a request that contradicts itself
+            self.expect(sent, status, {409}, data)  # forgotten or not: the request contradicts itself
         else:
             self.expect(sent, status, {200} if set(used + unused) <= set(world.originals) else {404}, data)
 
@@ -317,7 +343,13 @@ class Suite:
 
     def step_list(self, world: World, params: dict[str, Any], reader: bool) -> None:
         sent, status, data = self.send(world, "get", "/memories", params, reader=reader)
-        if self.expect(sent, status, {200, 400}, data) and status == 200:
+        # A cursor naming no memory of the caller's is a 404 (one of another tenant's included).
+        cursor = params.get("cursor")
+        foreign = (
+            cursor is not None
+            and self.canonical(int(cursor) if cursor.isdigit() else cursor) not in world.facts
+        )
+        if self.expect(sent, status, {200, 400, 404} if foreign else {200, 400}, data) and status == 200:
             anchor = {"true": True, "false": False}.get(params.get("anchor", ""))
             filters = self.scope_filters(params) | {
                 "kind": scope_value(params.get("kind")),
@@ -378,7 +410,7 @@ class Suite:
         if self.expect(sent, status, {201, 400}, data) and status == 201:
             self.written(world, sent, data["episode_ids"])
 
-    def written(self, world: World, sent: Sent, episode_ids: list[int]) -> None:
+    def written(self, world: World, sent: Sent, episode_ids: list[str]) -> None:
         """A write opens a new episode of the writer (the data's conversations are older than the
         segmentation gap, and another tenant's are never joined); it is forgotten at once, so the
         data stays as written."""
@@ -387,7 +419,7 @@ class Suite:
             if owner is not None:
                 self.violation(f"a write joined an episode of tenant {owner}", sent, f"episode {episode_id}")
                 continue
-            if not Episode.objects.filter(pk=episode_id, tenant=world.tenant).exists():
+            if not Episode.objects.filter(public_id=episode_id, tenant=world.tenant).exists():
                 self.violation("a write landed outside its tenant", sent, f"episode {episode_id}")
                 continue
             world.remember(episode_id)

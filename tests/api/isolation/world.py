@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 
-from episodes.models import Episode, Layer, Link
+from episodes.models import Episode, Layer, Link, Turn
 from lifecycle.services import episode_pack
 from tests.conftest import Caller, unit_vectors
 
@@ -64,7 +65,23 @@ TIMES = (
     "2024-01-01T00:00:00Z", "2024-03-05T00:00:00Z", "2024-06-01T00:00:00+02:00", "2025-01-01T00:00:00Z",
     "2025-01-06T12:00:00Z", "1990-01-01T00:00:00Z", "2100-01-01T00:00:00Z",
 )
-EDGE_IDS = (0, 1, 2**31, 2**63, 10**20)
+#: Ids no episode has: integers out of range (old integer ids are still accepted), a public id's
+#: extremes, one with a letter base32 leaves out (O), one with a first character out of range.
+EDGE_IDS = (
+    0, 1, 2**31, 2**63, 10**20, "00000000000000000000000000", "7ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+    "0000000000000000000000000O", "8ZZZZZZZZZZZZZZZZZZZZZZZZZ", "01",
+)
+#: A public id (a ULID, read in either case) and an old integer id, as the API documents them.
+PUBLIC_ID = re.compile("[0-7][0-9A-HJKMNP-TV-Z]{25}", re.IGNORECASE)
+
+
+def valid_id(reference: Any) -> bool:
+    """Whether a path or body may name an episode so (whether one has it or not)."""
+    if isinstance(reference, bool):
+        return False
+    if isinstance(reference, int):
+        return 1 <= reference < 10**18
+    return bool(PUBLIC_ID.fullmatch(reference))
 ROUTES = (
     "GET /whoami", "POST /turns", "POST /memories", "GET /memories", "GET /memories/{id}",
     "DELETE /memories/{id}", "POST /memories/{id}/restore", "POST /memories/{id}/unpack",
@@ -135,12 +152,15 @@ class World:
     writer: Caller
     reader: Caller
     vectors: list[list[float]]
-    #: the episodes as written; they are all visible between steps
-    originals: dict[int, Facts] = field(default_factory=dict)
+    #: the episodes as written, by public id; they are all visible between steps
+    originals: dict[str, Facts] = field(default_factory=dict)
     #: the originals and every episode a step wrote (and forgot at once)
-    facts: dict[int, Facts] = field(default_factory=dict)
-    turn_ids: list[int] = field(default_factory=list)
-    fixed_links: set[tuple[int, int, str]] = field(default_factory=set)
+    facts: dict[str, Facts] = field(default_factory=dict)
+    #: the internal (old integer) id of each of them
+    pks: dict[str, int] = field(default_factory=dict)
+    turn_ids: list[str] = field(default_factory=list)
+    turn_pks: list[int] = field(default_factory=list)
+    fixed_links: set[tuple[str, str, str]] = field(default_factory=set)
 
     @property
     def tenant(self):
@@ -157,9 +177,10 @@ class World:
         """Every turn and memory: the tenant's marker and its user's, then words to search for."""
         return f"{self.marker} {user_marker(self.label, user) or 'someone'} {words}"
 
-    def remember(self, episode_id: int) -> None:
-        e = Episode.objects.get(pk=episode_id)
-        self.facts[episode_id] = Facts(e.user_id, e.agent_id, e.session_id, e.kind, e.layer, e.anchor)
+    def remember(self, public_id: str) -> None:
+        e = Episode.objects.get(tenant=self.tenant, public_id=public_id)
+        self.facts[public_id] = Facts(e.user_id, e.agent_id, e.session_id, e.kind, e.layer, e.anchor)
+        self.pks[public_id] = e.pk
 
 
 def build_world(label: str, seed: int) -> World:
@@ -167,8 +188,8 @@ def build_world(label: str, seed: int) -> World:
     reader = Caller(f"isolation-{label}-reader", scopes=("read",), tenant=writer.tenant)
     world = World(label, writer, reader, vectors=unit_vectors(48, seed=seed).tolist())
     vectors = iter(world.vectors)
-    conversations: dict[tuple[str, str], int] = {}
-    memories: dict[tuple[str, str], int] = {}
+    conversations: dict[tuple[str, str], str] = {}
+    memories: dict[tuple[str, str], str] = {}
     day = 0
     for user in USERS:
         for n, session in enumerate(SESSIONS[user] + ((f"only-{label}",) if user == "alice" else ())):
@@ -218,9 +239,8 @@ def build_world(label: str, seed: int) -> World:
         (memories[("ALICE", "Fact")], Layer.WARM),
         (memories[("", note)], Layer.COLD),
     ):
-        episode_pack(
-            tenant=world.tenant, episode_id=episode_id, layer=layer, now=timezone.now(), actor="test"
-        )
+        pk = Episode.objects.get(tenant=world.tenant, public_id=episode_id).pk
+        episode_pack(tenant=world.tenant, episode_id=pk, layer=layer, now=timezone.now(), actor="test")
     # Links from one user's memory to another's: an answer scoped to a user must not follow them.
     for src, dst, kind in (
         (memories[("ALICE", "Fact")], memories[("alice", "fact")], "related"),
@@ -228,14 +248,19 @@ def build_world(label: str, seed: int) -> World:
     ):
         response = writer.post(f"{API}/memories/{src}/links", {"target_id": dst, "kind": kind})
         assert response.status_code == 201, response.content
-    world.fixed_links = set(Link.objects.filter(tenant=world.tenant).values_list("src_id", "dst_id", "kind"))
-    for pk in Episode.objects.filter(tenant=world.tenant).values_list("pk", flat=True):
-        world.remember(pk)
+    links = Link.objects.filter(tenant=world.tenant)
+    world.fixed_links = set(links.values_list("src__public_id", "dst__public_id", "kind"))
+    for public_id in Episode.objects.filter(tenant=world.tenant).values_list("public_id", flat=True):
+        world.remember(public_id)
     world.originals = dict(world.facts)
+    world.turn_pks = list(Turn.objects.filter(tenant=world.tenant).values_list("pk", flat=True))
     return world
 
 
-def as_written(world: World) -> dict[int, tuple[str, str, bool]]:
+def as_written(world: World) -> dict[str, tuple[str, str, bool]]:
     """State, layer and pin of the tenant's episodes as written."""
-    rows = Episode.objects.filter(pk__in=list(world.originals)).values_list("pk", "state", "layer", "anchor")
-    return {pk: (state, layer, anchor) for pk, state, layer, anchor in rows}
+    rows = Episode.objects.filter(tenant=world.tenant, public_id__in=list(world.originals))
+    return {
+        p: (state, layer, anchor)
+        for p, state, layer, anchor in rows.values_list("public_id", "state", "layer", "anchor")
+    }
