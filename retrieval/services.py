@@ -280,7 +280,7 @@ def search_shaped(
             if hit.episode.layer != Layer.HOT:
                 unpack(tenant=tenant, episode_id=hit.episode.pk, now=now, record=False)
     return {
-        "results": _hit_bodies(tenant, result.hits, deep=deep),
+        "results": hit_bodies(tenant, result.hits, deep=deep),
         "degraded": result.degraded,
         "degraded_reason": result.reason or None,
         "stale": result.stale,
@@ -288,7 +288,8 @@ def search_shaped(
     }
 
 
-def _hit_bodies(tenant: Tenant, hits: list[Hit], *, deep: bool) -> list[dict[str, Any]]:
+def hit_bodies(tenant: Tenant, hits: list[Hit], *, deep: bool) -> list[dict[str, Any]]:
+    """The hits as ``POST /search`` shows them (``episodes.shapes.hit``), their turns read at once."""
     ids = [h.episode.pk for h in hits]
     full = {h.episode.pk for h in hits if shapes.shows_turns(h.episode, deep=deep)}
     turns = turns_for(tenant, ids, full=full)
@@ -330,7 +331,7 @@ def activate(
     scored.sort(key=lambda x: -x[0])
     hits = [Hit(episode=e, relevance=0.0, score=p) for p, e in scored[:limit]]
     record_access(tenant=tenant, episode_ids=[h.episode.pk for h in hits], now=now)
-    return {"results": _hit_bodies(tenant, hits, deep=False), "degraded": False}
+    return {"results": hit_bodies(tenant, hits, deep=False), "degraded": False}
 
 
 # --- feedback -------------------------------------------------------------------------------------

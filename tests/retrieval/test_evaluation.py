@@ -9,7 +9,8 @@ from django.core.management import call_command
 
 from episodes.models import Turn
 from memory_platform.tenancy.models import Tenant
-from retrieval.evaluation.locomo import load, normalise_evidence, score_ranking, turn_text
+from retrieval.evaluation.locomo import load, normalise_evidence, turn_text
+from retrieval.evaluation.metrics import count_tokens, score_episodes, score_ranking
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,6 +35,24 @@ def test_metrics_of_a_hand_made_ranking():
         "mrr": 1 / 13,
         "ndcg10": 0.0,
     }
+
+
+def test_episode_metrics_count_one_item_per_hit_whatever_its_layer():
+    # Evidence turn 7, in the third hit (a warm episode of turns 6-8); a hot hit of three turns first.
+    hits = [{1, 2, 3}, {4}, {6, 7, 8}, {9}]
+    assert score_episodes(hits, {7}) == {"recall3": 1.0, "recall5": 1.0, "recall10": 1.0, "mrr": 1 / 3}
+    assert score_episodes(hits[:2] + [{5}] * 9 + hits[2:], {7}) == {
+        "recall3": 0.0,
+        "recall5": 0.0,
+        "recall10": 0.0,
+        "mrr": 1 / 12,
+    }
+
+
+def test_tokens_are_counted_on_the_answers_json():
+    short = count_tokens([{"turns": [{"text": "the cello"}]}])
+    longer = count_tokens([{"turns": [{"text": "the cello " * 50}]}])
+    assert longer - short == 98  # "the cello" is two tokens: 49 more of them
 
 
 def test_evidence_ids_and_turn_text_are_normalised():
@@ -128,6 +147,10 @@ def test_evaluate_command_runs_every_question_through_search_and_cleans_up(tmp_p
     # Six turns, ten items: every question's evidence is within reach, and found.
     assert result["overall"]["recall10"] == 1.0
     assert 0.0 < result["overall"]["mrr"] <= 1.0
+    # Two episodes: each question's is among the first two hits.
+    episodes = result["episodes"]["overall"]
+    assert episodes["n"] == 3 and episodes["recall3"] == 1.0 and episodes["mrr"] >= 0.5
+    assert 30 < result["tokens_at_10"]["median"] <= result["tokens_at_10"]["p95"]
 
     (tenant,) = Tenant.objects.exclude(pk__in=before)
     texts = list(Turn.objects.filter(tenant=tenant).order_by("occurred_at").values_list("text", "metadata"))

@@ -9,10 +9,12 @@ class Command(BaseCommand):
         "Evaluate retrieval on LoCoMo: `evaluate locomo PATH`. Each conversation goes into its own tenant "
         "(real session dates as occurred_at, dia_id in turn metadata, image captions appended as "
         "'[shares ...]'); every question of categories 1-4 runs through the search service the API uses. "
-        "The ranked list counts one item per matched turn of a hot hit (ordered by that turn's own score) "
-        "and one item per warm or cold hit (which covers every turn of its episode). Recall(any)@k: an "
-        "evidence turn among the first k items; ES@k: share of the evidence turns covered; MRR; nDCG@10 "
-        "with binary gains. Generated observation/summary fields are never indexed."
+        "Turns: the ranked list counts one item per matched turn of a hot hit (ordered by that turn's own "
+        "score) and one item per warm or cold hit (which covers every turn of its episode); Recall(any)@k: "
+        "an evidence turn among the first k items; ES@k: share of the evidence turns covered; MRR; nDCG@10 "
+        "with binary gains. Episodes: one item per returned hit, any layer; Recall@3/5/10 and MRR. Tokens: "
+        "the results' JSON at limit 10, WordPiece tokens of the local embedding model. Generated "
+        "observation/summary fields are never indexed."
     )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
@@ -75,13 +77,16 @@ class Command(BaseCommand):
         if opts["json"]:
             self.stdout.write(json.dumps(results))
             return
-        self.stdout.write(locomo.format_report(results["all_hot"], "All hot"))
+        from retrieval.evaluation.metrics import format_drop, format_report
+
+        self.stdout.write(format_report(results["all_hot"], "All hot"))
         if "aged" in results:
             from retrieval.evaluation.aging import format_compression
 
             self.stdout.write("")
             self.stdout.write(
-                locomo.format_report(results["aged"], "Aged (ticks at the day after the last session)")
+                format_report(results["aged"], "Aged (ticks at the day after the last session)")
             )
             self.stdout.write("")
+            self.stdout.write(format_drop(results["all_hot"], results["aged"]))
             self.stdout.write(format_compression(results["compression"]))
