@@ -9,10 +9,13 @@ import numpy as np
 from episodes.models import State
 from episodes.scope import Scope
 
-#: What a search sees unless told otherwise: active episodes, in every layer.
-DEFAULT_SCOPE = Scope(states=(State.ACTIVE,))
-#: ``include_dormant``: dormant episodes too.
-WITH_DORMANT = (State.ACTIVE, State.DORMANT)
+#: What a search sees unless told otherwise: every episode that is not forgotten, in every layer
+#: and state (seed 001: a query reaches hot, then warm, then cold). The state moves a hit's rank
+#: (``ranking.STATE_WEIGHTS``); it does not hide it.
+VISIBLE = (State.ACTIVE, State.DORMANT, State.DELETE_CANDIDATE)
+DEFAULT_SCOPE = Scope(states=VISIBLE)
+#: ``include_dormant: false``: active episodes only.
+ACTIVE_ONLY = (State.ACTIVE,)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """How search is ranked: each tier's lists fused by weighted RRF (``fusion``), grouped by episode,
 then moved by the seed-003 priority of the tenant's policy (``lifecycle.scoring.priority``).
 
-score = relevance × (1 + share × priority), where relevance is the episode's best fused score and
-priority (recency, frequency, anchor, and relevance itself, each up to its policy weight) is in
-[0, 1]: relevance stays first, and the priority moves a hit by at most ``share`` of itself.
+score = relevance × (1 + share × priority) × state weight, where relevance is the episode's best
+fused score and priority (recency, frequency, anchor, and relevance itself, each up to its policy
+weight) is in [0, 1]: relevance stays first, and the priority moves a hit by at most ``share`` of
+itself. The state weight (``STATE_WEIGHTS``) ranks a dormant episode or a delete candidate below an
+active one as relevant, without hiding it.
 
 Ranking reads a few columns of each candidate, and only of those that can still reach the top.
 """
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from episodes.models import Episode
+from episodes.models import Episode, State
 from episodes.stores import rows
 from episodes.stores.hot import Feedback
 from lifecycle import scoring
@@ -58,6 +60,12 @@ def tenant_weights(policy: Any) -> RetrievalWeights:
     return dataclasses.replace(
         platform_weights(), vector=policy.rrf_vector_weight, text=policy.rrf_text_weight, k=policy.rrf_k
     )
+
+
+#: How far each state moves a hit down: a dormant episode (seed 002: low activity) or a candidate
+#: for deletion is still found, below active ones of about the same relevance. At most 1, so
+#: ``rank_candidates``'s bound (the highest lift) still holds.
+STATE_WEIGHTS = {State.ACTIVE: 1.0, State.DORMANT: 0.85, State.DELETE_CANDIDATE: 0.7}
 
 
 # (vector hits, text hits) of one tier, best first.
@@ -173,8 +181,9 @@ def rerank(
         rel = relevance[episode_id] / top  # 0-1
         terms = scoring.priority_terms(stats_of(row), policy, now, relevance=rel)
         priority = scoring.priority_of(terms)
-        score = relevance[episode_id] * (1.0 + weights.priority * priority)
+        state = STATE_WEIGHTS.get(row.state, 1.0)
+        score = relevance[episode_id] * (1.0 + weights.priority * priority) * state
         parts = {k: v for k, v in terms.items() if k != "relevance"}
-        out.append((episode_id, score, {**parts, "relevance": rel, "priority": priority}))
+        out.append((episode_id, score, {**parts, "relevance": rel, "priority": priority, "state": state}))
     out.sort(key=lambda x: -x[1])
     return out

@@ -29,6 +29,7 @@ class RankRow(NamedTuple):
 
     pk: int
     layer: str
+    state: str
     anchor: bool
     access_count: int
     last_accessed_at: datetime
@@ -75,7 +76,7 @@ def rank_rows(tenant: Tenant, episode_ids: Sequence[int]) -> list[RankRow]:
     if not episode_ids:
         return []
     rows = db.fetch(
-        "SELECT id, layer, anchor, access_count, last_accessed_at, created_at, first_occurred_at "
+        "SELECT id, layer, state, anchor, access_count, last_accessed_at, created_at, first_occurred_at "
         f"FROM {EPISODES} "
         "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
         [tenant.pk, list(episode_ids), State.FORGOTTEN.value],

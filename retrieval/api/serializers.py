@@ -35,7 +35,12 @@ class SearchInSerializer(StrictSerializer, ScopeFilters):
     )
     limit = serializers.IntegerField(required=False, min_value=1, max_value=100, default=10)
     depth = serializers.ChoiceField(choices=["shallow", "deep"], required=False, default="shallow")
-    include_dormant = serializers.BooleanField(required=False, default=False)
+    include_dormant = serializers.BooleanField(
+        required=False,
+        default=True,
+        help_text="false: active memories only (by default every memory not forgotten is searched, "
+        "dormant ones and delete candidates ranked lower)",
+    )
     explain = serializers.BooleanField(required=False, default=False)
 
     # The rule of validate(), for the API schema. (A time range that ends before it starts is

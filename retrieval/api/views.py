@@ -18,7 +18,7 @@ from memory_platform.api.errors import Conflict
 
 from .. import services, usage
 from ..context import context
-from ..query import DEFAULT_SCOPE, WITH_DORMANT, SearchQuery
+from ..query import ACTIVE_ONLY, DEFAULT_SCOPE, SearchQuery
 from ..unpack import unpack
 from . import serializers as s
 
@@ -75,7 +75,7 @@ class SearchView(TenantAPIView):
             occurred_from=d.get("occurred_from"),
             occurred_to=d.get("occurred_to"),
             layers=tuple(dict.fromkeys(d["layers"])),
-            states=WITH_DORMANT if d["include_dormant"] else DEFAULT_SCOPE.states,
+            states=DEFAULT_SCOPE.states if d["include_dormant"] else ACTIVE_ONLY,
         )
         query = SearchQuery(
             text=d["query"],

@@ -331,7 +331,9 @@ class Suite:
             filters = self.scope_filters(body) | {
                 "kind": {k.strip() for k in body["kinds"]} if body.get("kinds") else None,
                 "layer": set(body.get("layers") or ("hot", "warm", "cold")),
-                "state": {"active", "dormant"} if body.get("include_dormant") else {"active"},
+                "state": {"active"}
+                if body.get("include_dormant") is False
+                else {"active", "dormant", "delete_candidate"},
             }
             self.check_items(world, sent, data["results"], "episode_id", filters, "search")
 
