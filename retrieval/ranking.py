@@ -63,9 +63,11 @@ def tenant_weights(policy: Any) -> RetrievalWeights:
 
 
 #: How far each state moves a hit down: a dormant episode (seed 002: low activity) or a candidate
-#: for deletion is still found, below active ones of about the same relevance. At most 1, so
+#: for deletion is still found, below active ones of about the same relevance. Near the top of
+#: a fused list one rank is worth about 1.6% of the score (RRF, k = 60), so these are about one and
+#: three ranks (larger factors buried old memories: docs/decisions/0015). At most 1, so
 #: ``rank_candidates``'s bound (the highest lift) still holds.
-STATE_WEIGHTS = {State.ACTIVE: 1.0, State.DORMANT: 0.85, State.DELETE_CANDIDATE: 0.7}
+STATE_WEIGHTS: dict[str, float] = {State.ACTIVE: 1.0, State.DORMANT: 0.98, State.DELETE_CANDIDATE: 0.95}
 
 
 # (vector hits, text hits) of one tier, best first.

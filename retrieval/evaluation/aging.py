@@ -25,10 +25,10 @@ from memory_platform.tenancy.models import Tenant
 
 TARGETS = {"hot_to_warm": (3.0, 10.0), "warm_to_cold": (10.0, 20.0)}
 
-#: The layer steps only. The seed-002 states are left out on purpose: with no accesses and few
-#: links most aged episodes score below θ_active and turn dormant, and default search leaves
-#: dormant episodes out; the aged run measures what compression costs retrieval, not that filter.
-AGING_STEPS = tuple(step for step in STEPS if step not in ("states", "candidates", "purge"))
+#: Every step of the tick but the purge (nothing is forgotten here): as the scheduler would run
+#: them. With no accesses and few links most aged episodes turn dormant; search still reaches
+#: them, ranked by the same rule for all (``retrieval.ranking.STATE_WEIGHTS``).
+AGING_STEPS = tuple(step for step in STEPS if step != "purge")
 
 
 def _kept(items: list[str], text: str) -> tuple[int, int]:

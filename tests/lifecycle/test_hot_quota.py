@@ -193,6 +193,9 @@ def test_redis_full_drill_ingest_search_and_readyz_say_so_and_the_repair_catches
         with pytest.raises(redis.exceptions.ResponseError, match="maxmemory"):
             for i in range(5_000):
                 client.set(f"junk:{i}", b"x" * 1_000)
+        # Full for good: Redis's own use moves by some kilobytes (buffers, freed pages), which a
+        # small write could slip into; over its limit it refuses every write that may grow it.
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 100_000)
         body = caller.post("/api/v1/turns", {"turns": _turns("during", 1, 200, vectors[1:], "s1")}).json()
         assert body["searchable"] is False and "full" in body["reason"], body
         found = caller.post("/api/v1/search", {"vector": vectors[1].tolist(), "limit": 3}).json()

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 import pytest
 
 from episodes.models import Episode, State
+from episodes.stores.rows import RankRow
 from lifecycle.tick import tick_run
-from tests.conftest import Caller, unit_vectors
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,20 +38,21 @@ def test_a_tick_years_after_the_turns_leaves_them_findable_by_default_search(cal
     assert caller.post("/api/v1/search", only_active).json()["results"] == []
 
 
-def test_a_dormant_memory_ranks_below_an_active_one_as_relevant():
-    caller = Caller("states", embedder="provided")
-    vector = unit_vectors(1, seed=5)[0].tolist()
-    ids = [
-        caller.post(
-            "/api/v1/memories", {"text": "the harbour ferry leaves at nine", "vector": vector}
-        ).json()["id"]
-        for _ in range(3)
-    ]
-    Episode.objects.filter(public_id=ids[0]).update(state=State.DORMANT)
-    Episode.objects.filter(public_id=ids[1]).update(state=State.DELETE_CANDIDATE)
-    from lifecycle.hotsync import sync_episode
+def test_a_dormant_memory_ranks_below_an_active_one_as_relevant(caller):
+    from lifecycle.models import policy_for
+    from retrieval.ranking import STATE_WEIGHTS, platform_weights, rerank
 
-    for public_id in ids[:2]:
-        assert sync_episode(caller.tenant.pk, Episode.objects.get(public_id=public_id).pk)
-    hits = caller.post("/api/v1/search", {"query": "harbour ferry", "vector": vector}).json()["results"]
-    assert [h["episode_id"] for h in hits] == [ids[2], ids[0], ids[1]]
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    then = datetime(2026, 5, 1, tzinfo=UTC)
+    states = [State.DELETE_CANDIDATE, State.DORMANT, State.ACTIVE]
+    ranked = {
+        pk: RankRow(pk, "cold", state, False, 0, then, then, then) for pk, state in enumerate(states, start=1)
+    }
+    order = rerank(ranked, {pk: 0.5 for pk in ranked}, platform_weights(), policy_for(caller.tenant), now)
+    assert [pk for pk, _, _ in order] == [3, 2, 1]  # as relevant, as used: active, dormant, candidate
+    active, dormant, candidate = (score for _, score, _ in order)
+    assert dormant / active == pytest.approx(STATE_WEIGHTS[State.DORMANT])
+    assert candidate / active == pytest.approx(STATE_WEIGHTS[State.DELETE_CANDIDATE])
+    # A little more relevance outweighs the state: it moves a hit by a rank or so, no more.
+    order = rerank(ranked, {1: 0.55, 2: 0.5, 3: 0.5}, platform_weights(), policy_for(caller.tenant), now)
+    assert order[0][0] == 1
