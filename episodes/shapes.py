@@ -116,6 +116,7 @@ def hit(
     matched: Sequence[tuple[int, float]],
     deep: bool,
     explain: dict[str, Any] | None = None,
+    similarity: float | None = None,
 ) -> dict[str, Any]:
     """A search or activation result: the layer's part, the matched turns of a hot episode, the ids
     of every turn (so a caller can tell what unpacking would bring back) and its unpack handle.
@@ -137,6 +138,8 @@ def hit(
         "turn_ids": [t.public_id for t in turns],
     }
     body.update(layer_body(episode, turns, deep=deep))
+    if similarity is not None:
+        body["similarity"] = round(similarity, 6)
     if episode.layer == Layer.HOT:
         shown = {t.pk: t.public_id for t in turns}
         body["matched_turn_ids"] = [shown[t] for t, _ in matched if t in shown]

@@ -31,9 +31,11 @@ def context(
     user_id: str | None = None,
     agent_id: str | None = None,
     limit: int = 10,
+    min_score: float | None = None,
 ) -> dict[str, Any]:
     """Anchors, then the session's hot episodes (newest first), then the memories relevant to
-    ``query_text``, each added whole while it fits in ``max_tokens``."""
+    ``query_text`` (at least ``min_score`` similar, when given), each added whole while it fits in
+    ``max_tokens``."""
     sections: dict[str, list[dict[str, Any]]] = {"anchors": [], "session": [], "relevant": [], "linked": []}
     used = 0
     seen: set[int] = set()
@@ -68,7 +70,10 @@ def context(
         relevant = search(
             tenant=tenant,
             query=SearchQuery(
-                text=query_text, scope=DEFAULT_SCOPE.replace(user_id=user_id, agent_id=agent_id), limit=limit
+                text=query_text,
+                scope=DEFAULT_SCOPE.replace(user_id=user_id, agent_id=agent_id),
+                limit=limit,
+                min_score=min_score,
             ),
             now=now,
         ).hits

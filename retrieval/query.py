@@ -28,3 +28,7 @@ class SearchQuery:
     depth: str = "shallow"
     explain: bool = False
     record_access: bool = True
+    #: Hits whose best cosine similarity to the query is below this are not returned (``None``:
+    #: no threshold). The similarity is the highest between the query's embedding and any turn of
+    #: the hit's episode, whatever its layer: it means the same for every query.
+    min_score: float | None = None

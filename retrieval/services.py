@@ -69,6 +69,8 @@ class Hit:
     score: float = 0.0
     matched: list[tuple[int, float]] = field(default_factory=list)  # (turn id, fused score)
     explain: dict[str, Any] = field(default_factory=dict)
+    #: The best cosine similarity of the query to a turn of the episode (with ``min_score``).
+    similarity: float | None = None
 
 
 @dataclass
@@ -95,6 +97,11 @@ class SearchResult:
                 items.append(("episode", hit.episode.pk, hit.score))
         items.sort(key=lambda x: -x[2])
         return items
+
+
+def query_embedded(tenant: Tenant) -> bool:
+    """Whether the platform embeds this tenant's query texts (else only a caller's vector serves)."""
+    return get_embedder(tenant.embedder).computes
 
 
 def query_vector(tenant: Tenant, query: SearchQuery) -> np.ndarray | None:
@@ -193,6 +200,8 @@ def search(
         if query.explain:
             hit.explain = {**explain.get(pk, {}), **parts, "score": score}
         hits.append(hit)
+    if query.min_score is not None:
+        hits = _at_least(tenant, hits, vector, query.min_score)
     if query.record_access and hits:
         record_access(tenant=tenant, episode_ids=[h.episode.pk for h in hits], now=now)
     if missed and not degraded:
@@ -208,6 +217,23 @@ def search(
         stale=bool(missed) and not outage,
         reason=reason,
     )
+
+
+def _at_least(tenant: Tenant, hits: list[Hit], vector: np.ndarray | None, min_score: float) -> list[Hit]:
+    """The hits whose best turn is at least ``min_score`` similar to the query (none without a
+    query vector: nothing can be shown to pass)."""
+    if vector is None:
+        return []
+    best = {
+        episode_id: sims[0][1]
+        for episode_id, sims in rows.turn_similarities(tenant, [h.episode.pk for h in hits], vector).items()
+    }
+    kept = []
+    for hit in hits:
+        hit.similarity = best.get(hit.episode.pk)
+        if hit.similarity is not None and hit.similarity >= min_score:
+            kept.append(hit)
+    return kept
 
 
 def _narrow(ids: list[int], within: tuple[int, ...]) -> list[int]:
@@ -301,6 +327,7 @@ def hit_bodies(tenant: Tenant, hits: list[Hit], *, deep: bool) -> list[dict[str,
             matched=h.matched,
             deep=deep,
             explain=h.explain,
+            similarity=h.similarity,
         )
         for h in hits
     ]

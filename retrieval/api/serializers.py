@@ -8,6 +8,10 @@ from episodes.api.serializers import MemoryIdField
 from memory_platform.api.serializers import StrictSerializer, VectorField, scope_field
 
 LAYERS = ["hot", "warm", "cold"]
+MIN_SCORE_HELP = (
+    "leave out hits whose best cosine similarity to the query (between its embedding and any turn of "
+    "the memory, whatever its layer; -1 to 1) is below this; each hit then shows its `similarity`"
+)
 
 
 class ScopeFilters(serializers.Serializer):
@@ -42,6 +46,9 @@ class SearchInSerializer(StrictSerializer, ScopeFilters):
         "dormant ones and delete candidates ranked lower)",
     )
     explain = serializers.BooleanField(required=False, default=False)
+    min_score = serializers.FloatField(
+        required=False, min_value=-1.0, max_value=1.0, help_text=MIN_SCORE_HELP
+    )
 
     # The rule of validate(), for the API schema. (A time range that ends before it starts is
     # valid and selects nothing.)
@@ -68,6 +75,9 @@ class ContextInSerializer(StrictSerializer, ScopeFilters):
     query = serializers.CharField(required=False, allow_blank=True, max_length=4000, default="")
     max_tokens = serializers.IntegerField(required=False, min_value=50, max_value=200_000, default=2000)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=50, default=10)
+    min_score = serializers.FloatField(
+        required=False, min_value=-1.0, max_value=1.0, help_text="relevant memories only: " + MIN_SCORE_HELP
+    )
 
 
 class FeedbackInSerializer(StrictSerializer):

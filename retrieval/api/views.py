@@ -85,7 +85,12 @@ class SearchView(TenantAPIView):
             depth=d["depth"],
             explain=d["explain"],
             record_access=False,
+            min_score=d.get("min_score"),
         )
+        if query.min_score is not None and query.vector is None and not services.query_embedded(self.tenant):
+            raise ValidationError(
+                {"min_score": ["this tenant does not embed queries: send a vector with it"]}
+            )
         now = timezone.now()
         # The accesses are queued and written in the background, many searches per statement.
         body = services.search_shaped(
@@ -145,6 +150,7 @@ class ContextView(TenantAPIView):
                 user_id=d.get("user_id") or None,
                 agent_id=d.get("agent_id") or None,
                 limit=d["limit"],
+                min_score=d.get("min_score"),
             )
         )
 
