@@ -64,5 +64,5 @@ def parse(value: object) -> Reference:
     raise ValueError("not an id")
 
 
-def describe() -> str:
-    return "a memory's id (26 characters, a ULID; an old integer id is accepted during the transition)"
+#: What a caller is told a memory's id is.
+DESCRIPTION = "a memory's id (26 characters, a ULID; an old integer id is accepted during the transition)"

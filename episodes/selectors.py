@@ -22,8 +22,16 @@ def episodes_for(tenant: Tenant, scope: Scope | None = None) -> QuerySet[Episode
     return Episode.objects.for_tenant(tenant).filter((scope or Scope()).q())
 
 
-def episode_get(*, tenant: Tenant, episode_id: int) -> Episode | None:
-    return episodes_for(tenant).filter(pk=episode_id).first()
+def named_q(references: Sequence[public_ids.Reference]) -> Q:
+    """What selects the episodes ``references`` name: public ids and (transition) old integer ids."""
+    public = [r for r in references if isinstance(r, str)]
+    legacy = [r for r in references if isinstance(r, int)]
+    return Q(public_id__in=public) | Q(pk__in=legacy)
+
+
+def episode_get(*, tenant: Tenant, reference: public_ids.Reference) -> Episode | None:
+    """The tenant's visible episode a path names (``public_ids.parse``), in one statement."""
+    return episodes_for(tenant).filter(named_q([reference])).first()
 
 
 class Named(NamedTuple):
@@ -34,25 +42,19 @@ class Named(NamedTuple):
 
 
 def episodes_named(
-    tenant: Tenant, references: Iterable[public_ids.Reference]
+    tenant: Tenant, references: Sequence[public_ids.Reference]
 ) -> dict[public_ids.Reference, Named]:
     """The tenant's episodes (forgotten ones included) that ``references`` name (``public_ids.parse``),
     by reference. Another tenant's episode is not found, like none."""
-    public = {r for r in references if isinstance(r, str)}
-    legacy = {r for r in references if isinstance(r, int)}
-    if not public and not legacy:
+    if not references:
         return {}
-    rows = (
-        Episode.objects.for_tenant(tenant)
-        .filter(Q(public_id__in=public) | Q(pk__in=legacy))
-        .values_list("pk", "public_id")
-    )
+    rows = Episode.objects.for_tenant(tenant).filter(named_q(references)).values_list("pk", "public_id")
+    wanted = set(references)
     found: dict[public_ids.Reference, Named] = {}
     for pk, public_id in rows:
-        if public_id in public:
-            found[public_id] = Named(pk, public_id)
-        if pk in legacy:
-            found[pk] = Named(pk, public_id)
+        for reference in (public_id, pk):
+            if reference in wanted:
+                found[reference] = Named(pk, public_id)
     return found
 
 

@@ -56,8 +56,8 @@ class IngestedTurn:
     episode_id: int
     seq: int
     #: What the API shows (``episodes.public_ids``).
-    public_id: str = ""
-    episode_public_id: str = ""
+    public_id: str
+    episode_public_id: str
 
 
 @dataclass

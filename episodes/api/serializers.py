@@ -23,7 +23,7 @@ from ..scope import OWNER_FIELDS, Scope
 MEMORY_ID_SCHEMA = {
     "type": "string",
     "pattern": f"^{public_ids.REFERENCE}$",
-    "description": public_ids.describe(),
+    "description": public_ids.DESCRIPTION,
 }
 
 
@@ -38,7 +38,7 @@ MEMORY_ID_SCHEMA = {
 class MemoryIdField(serializers.Field):
     """A memory named in a body: its public id, or (during the transition) its old integer id."""
 
-    default_error_messages = {"invalid": public_ids.describe()}
+    default_error_messages = {"invalid": public_ids.DESCRIPTION}
 
     def to_internal_value(self, data: Any) -> public_ids.Reference:
         try:

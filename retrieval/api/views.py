@@ -33,15 +33,14 @@ class MemoryDetailView(TenantAPIView):
         depth = request.query_params.get("depth", "shallow")
         if depth not in {"shallow", "deep"}:
             raise ValidationError({"depth": ["must be 'shallow' or 'deep'"]})
-        pk = named(self.tenant, episode_id).pk
-        if depth == "deep" and self.api_key.has_scope("write"):
-            try:
-                return Response(unpack(tenant=self.tenant, episode_id=pk, now=timezone.now()))
-            except EpisodeNotFound:
-                raise not_found(episode_id) from None
-        episode = selectors.episode_get(tenant=self.tenant, episode_id=pk)
+        episode = selectors.episode_get(tenant=self.tenant, reference=episode_id)
         if episode is None:
             raise not_found(episode_id)
+        if depth == "deep" and self.api_key.has_scope("write"):
+            try:
+                return Response(unpack(tenant=self.tenant, episode_id=episode.pk, now=timezone.now()))
+            except EpisodeNotFound:  # forgotten meanwhile
+                raise not_found(episode_id) from None
         # A read key reads a packed episode whole where it is: moving it would be a write.
         return Response(selectors.episode_detail(tenant=self.tenant, episode=episode, deep=depth == "deep"))
 
