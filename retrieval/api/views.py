@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.exceptions import ValidationError
@@ -15,12 +17,19 @@ from episodes.api.views import named, named_all, not_found
 from episodes.services import EpisodeNotFound
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict
+from memory_platform.tenancy.models import Tenant
 
 from .. import services, usage
 from ..context import context
 from ..query import ACTIVE_ONLY, DEFAULT_SCOPE, SearchQuery
 from ..unpack import unpack
 from . import serializers as s
+
+
+def check_min_score(tenant: Tenant, min_score: float | None, vector: Any) -> None:
+    """``min_score`` is a similarity to the query's embedding: without one it could pass nothing."""
+    if min_score is not None and vector is None and not services.query_embedded(tenant):
+        raise ValidationError({"min_score": ["this tenant does not embed queries: send a vector with it"]})
 
 
 class MemoryDetailView(TenantAPIView):
@@ -86,10 +95,7 @@ class SearchView(TenantAPIView):
             record_access=False,
             min_score=d.get("min_score"),
         )
-        if query.min_score is not None and query.vector is None and not services.query_embedded(self.tenant):
-            raise ValidationError(
-                {"min_score": ["this tenant does not embed queries: send a vector with it"]}
-            )
+        check_min_score(self.tenant, query.min_score, query.vector)
         now = timezone.now()
         # The accesses are queued and written in the background, many searches per statement.
         body = services.search_shaped(
@@ -139,6 +145,7 @@ class ContextView(TenantAPIView):
         serializer = s.ContextInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
+        check_min_score(self.tenant, d.get("min_score"), None)
         return Response(
             context(
                 tenant=self.tenant,

@@ -37,5 +37,7 @@ def test_a_tenant_that_does_not_embed_queries_sends_a_vector_with_min_score(prov
     provided.post("/api/v1/memories", {"text": "the harbour ferry", "vector": vector})
     response = provided.post("/api/v1/search", {"query": "ferry", "min_score": 0.5})
     assert response.status_code == 400 and "min_score" in response.json()["error"]["details"]
+    context = provided.post("/api/v1/context", {"query": "ferry", "min_score": 0.5})
+    assert context.status_code == 400 and "min_score" in context.json()["error"]["details"]
     hits = provided.post("/api/v1/search", {"vector": vector, "min_score": 0.99}).json()["results"]
     assert len(hits) == 1 and hits[0]["similarity"] == pytest.approx(1.0, abs=1e-4)
