@@ -7,6 +7,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from memory_platform.api.serializers import (
+    NOT_BLANK,
     MetadataField,
     QueryBooleanField,
     StrictSerializer,
@@ -67,7 +68,7 @@ def text_field(**kwargs: Any) -> serializers.CharField:
         max_length=int(memory_settings.MAX_TURN_CHARS),
         allow_blank=False,
         trim_whitespace=False,
-        validators=[RegexValidator(r"\S", "text is empty")],
+        validators=[RegexValidator(NOT_BLANK, "text is empty")],
         **kwargs,
     )
 

@@ -47,6 +47,8 @@ class PlatformAutoSchema(AutoSchema):
     def _insert_field_validators(self, field: Any, schema: dict[str, Any]) -> None:
         from rest_framework import serializers
 
+        from .serializers import NOT_BLANK
+
         super()._insert_field_validators(field, schema)
         # What DRF refuses, said in the schema: a blank string, an empty list. (The NUL character,
         # refused anywhere in a body, is said once, in the API's description: a pattern on every
@@ -54,7 +56,7 @@ class PlatformAutoSchema(AutoSchema):
         if isinstance(field, serializers.CharField) and not field.allow_blank:
             schema.setdefault("minLength", 1)
             if field.trim_whitespace:
-                schema.setdefault("pattern", r"\S")  # only whitespace is blank once trimmed
+                schema.setdefault("pattern", NOT_BLANK)  # only whitespace is blank once trimmed
         if isinstance(field, serializers.ListField | serializers.ListSerializer) and not field.allow_empty:
             schema.setdefault("minItems", 1)
 

@@ -11,6 +11,12 @@ from rest_framework import serializers
 from memory_platform.conf import memory_settings
 from memory_platform.embeddings import EmbeddingError, validate_vector
 
+#: Some character that is not whitespace: the same set in Python's ``re`` (where ``\s`` is what
+#: ``str.strip``, DRF's trimming, removes) and in the ECMA regexes of the schema's ``pattern``, whose
+#: ``\s`` leaves out U+001C-U+001F and U+0085 and takes in U+FEFF. Written ``\S``, a schema would
+#: call a text of U+001F valid and the server would refuse it as blank.
+NOT_BLANK = r"[^\s\x1c-\x1f\x85]|\ufeff"
+
 # JSON types each field takes as they are: DRF would turn 0 into "0" for a text field, or "5" into 5.
 _JSON_TYPES: tuple[tuple[type, tuple[type, ...], str], ...] = (
     (serializers.BooleanField, (bool,), "a boolean"),

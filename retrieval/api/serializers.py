@@ -5,7 +5,7 @@ from typing import Any
 from rest_framework import serializers
 
 from episodes.api.serializers import MemoryIdField
-from memory_platform.api.serializers import StrictSerializer, VectorField, scope_field
+from memory_platform.api.serializers import NOT_BLANK, StrictSerializer, VectorField, scope_field
 
 LAYERS = ["hot", "warm", "cold"]
 MIN_SCORE_HELP = (
@@ -54,7 +54,7 @@ class SearchInSerializer(StrictSerializer, ScopeFilters):
     # valid and selects nothing.)
     schema_rules = {
         "anyOf": [
-            {"required": ["query"], "properties": {"query": {"pattern": r"\S"}}},
+            {"required": ["query"], "properties": {"query": {"pattern": NOT_BLANK}}},
             {"required": ["vector"], "properties": {"vector": {"type": "array"}}},
         ]
     }
