@@ -55,6 +55,12 @@ class _VectorDumper(Dumper):
         return struct.pack(">HH", obj.values.size, 0) + obj.values.tobytes()
 
 
+def vector_of(raw: bytes) -> np.ndarray:
+    """A vector column as ``fetch`` returns it (pgvector's binary form, as ``_VectorDumper``
+    writes it) as float32."""
+    return np.frombuffer(raw, dtype=">f4", offset=4).astype(np.float32)
+
+
 def register_adapters(sender: Any, connection: Any, **kwargs: Any) -> None:
     """On every new database connection (``connection_created``, connected in the app's
     ``ready``): ``Vector`` parameters go in binary. The parameter's type is left to the server,

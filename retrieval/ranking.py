@@ -1,5 +1,6 @@
-"""How search is ranked: each tier's lists fused by weighted RRF (``fusion``), grouped by episode,
-then moved by the seed-003 priority of the tenant's policy (``lifecycle.scoring.priority``).
+"""How search is ranked: the vector and text lists of every tier fused by one weighted RRF
+(``fusion``), grouped by episode, then moved by the seed-003 priority of the tenant's policy
+(``lifecycle.scoring.priority``).
 
 score = relevance × (1 + share × priority) × state weight, where relevance is the episode's best
 fused score and priority (recency, frequency, anchor, and relevance itself, each up to its policy
@@ -13,13 +14,15 @@ Ranking reads a few columns of each candidate, and only of those that can still 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, cast
 
 from episodes.models import Episode, State
 from episodes.stores import rows
 from episodes.stores.hot import Feedback
+from episodes.stores.hot_replies import HotHit
 from lifecycle import scoring
 from memory_platform.conf import memory_settings
 from memory_platform.tenancy.models import Tenant
@@ -70,59 +73,82 @@ def tenant_weights(policy: Any) -> RetrievalWeights:
 STATE_WEIGHTS: dict[str, float] = {State.ACTIVE: 1.0, State.DORMANT: 0.98, State.DELETE_CANDIDATE: 0.95}
 
 
-# (vector hits, text hits) of one tier, best first.
-Lists = tuple[list[Any], list[Any]]
+class Match(Protocol):
+    """One entry of a tier's list: a turn of an episode, or (``turn_id`` None) an episode by its
+    own shape or centroid (``episodes.stores.hot_replies.HotHit``, ``archive.ArchiveHit``)."""
+
+    episode_id: int
+    turn_id: int | None
+    score: float
 
 
-def fuse_hot(
-    lists: Lists, weights: RetrievalWeights
-) -> tuple[dict[int, list[tuple[int, float]]], dict[int, dict[str, Any]]]:
-    vector_hits, text_hits = lists
-    episode_of = {h.turn_id: h.episode_id for h in vector_hits + text_hits if h.turn_id is not None}
+def by_score(*lists: Sequence[Match]) -> list[Match]:
+    """Vector lists of several tiers as one, best first: every tier compares the same query vector
+    to the same kind of vector (a turn with its window), so the similarities are one scale."""
+    return sorted((m for found in lists for m in found), key=lambda m: -m.score)
+
+
+MIN_SHARE = 0.01
+
+
+def interleaved(lists: Sequence[tuple[Sequence[Match], float]]) -> list[Match]:
+    """Text lists of several tiers as one. The tiers' text scores are not one scale (BM25 over the
+    hot documents' statistics, ``ts_rank`` in Postgres), but where their matches stand among
+    everything the tenant holds can be estimated: a tier holding a share ``s`` of the tenant's
+    turns puts its r-th match about where the r/s-th would stand had every turn been in one
+    index. Each list comes with its tier's share (at least ``MIN_SHARE``: a tier that holds next
+    to nothing, such as hot episodes not yet indexed, still places its matches); ties keep the
+    lists' order."""
+    placed = [
+        (rank / max(share, MIN_SHARE), order, rank, match)
+        for order, (found, share) in enumerate(lists)
+        for rank, match in enumerate(found, start=1)
+    ]
+    placed.sort(key=lambda p: p[:3])
+    return [match for *_, match in placed]
+
+
+def _key(match: Match) -> tuple[str, int]:
+    return ("turn", match.turn_id) if match.turn_id is not None else ("episode", match.episode_id)
+
+
+@dataclass
+class Fusion:
+    """One weighted RRF over the vector and text lists of every tier (seed 004), grouped by
+    episode: an episode's relevance is its best item's fused score, wherever it lives, so a warm
+    or cold episode ranks where it would have hot."""
+
+    #: Per episode, its matched turns and their fused scores, best first.
+    turns: dict[int, list[tuple[int, float]]]
+    relevance: dict[int, float]
+    explain: dict[int, dict[str, Any]]
+
+
+def fuse(vector: Sequence[Match], text: Sequence[Match], weights: RetrievalWeights) -> Fusion:
+    episode_of = {_key(m): m.episode_id for m in [*vector, *text]}
+    source = {_key(m): "hot" if isinstance(m, HotHit) else "postgres" for m in [*vector, *text]}
     fused = weighted_rrf(
-        {
-            "vector": [h.turn_id for h in vector_hits if h.turn_id is not None],
-            "text": [h.turn_id for h in text_hits if h.turn_id is not None],
-        },
+        {"vector": [_key(m) for m in vector], "text": [_key(m) for m in text]},
         {"vector": weights.vector, "text": weights.text},
         k=weights.k,
     )
-    per_episode: dict[int, list[tuple[int, float]]] = {}
-    explain: dict[int, dict[str, Any]] = {}
+    out = Fusion(turns={}, relevance={}, explain={})
     for item in fused:
-        turn_id = int(item.key)  # type: ignore[call-overload]
-        episode_id = episode_of[turn_id]
-        per_episode.setdefault(episode_id, []).append((turn_id, item.score))
-        if episode_id not in explain:
-            explain[episode_id] = {
-                "source": "hot",
-                "best_turn_id": turn_id,
+        key = cast(tuple[str, int], item.key)
+        kind, pk = key
+        episode_id = episode_of[key]
+        if kind == "turn":
+            out.turns.setdefault(episode_id, []).append((pk, item.score))
+        if episode_id not in out.relevance:  # best first: the episode's first item is its best
+            out.relevance[episode_id] = item.score
+            out.explain[episode_id] = {
+                "source": source[key],
+                "best_turn_id": pk if kind == "turn" else None,
                 "vector_rank": item.ranks.get("vector"),
                 "text_rank": item.ranks.get("text"),
                 "rrf": item.score,
             }
-    return per_episode, explain
-
-
-def fuse_archive(lists: Lists, weights: RetrievalWeights) -> dict[int, tuple[float, dict[str, Any]]]:
-    vector_hits, text_hits = lists
-    fused = weighted_rrf(
-        {"vector": [e for e, _ in vector_hits], "text": [e for e, _ in text_hits]},
-        {"vector": weights.vector, "text": weights.text},
-        k=weights.k,
-    )
-    return {
-        int(item.key): (  # type: ignore[call-overload]
-            item.score,
-            {
-                "source": "postgres",
-                "vector_rank": item.ranks.get("vector"),
-                "text_rank": item.ranks.get("text"),
-                "rrf": item.score,
-            },
-        )
-        for item in fused
-    }
+    return out
 
 
 def stats_of(row: rows.RankRow | Episode) -> scoring.EpisodeStats:

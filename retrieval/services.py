@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +22,8 @@ from episodes.models import Episode, Layer, State
 from episodes.scope import ALL_LAYERS, Scope
 from episodes.services import EpisodeNotFound
 from episodes.stores import archive, rows
-from episodes.stores.hot import HotUnavailable, hot_store, unavailable_reason
+from episodes.stores.hot import HotUnavailable, hot_store, moved_towards, unavailable_reason
+from episodes.stores.hot_replies import HotHit
 from episodes.stores.rows import turns_for
 from lifecycle import scoring
 from lifecycle.selectors import SearchSettings, search_settings
@@ -33,10 +34,12 @@ from memory_platform.tenancy.models import Tenant
 from . import usage
 from .query import SearchQuery
 from .ranking import (
-    Lists,
+    Fusion,
+    Match,
     RetrievalWeights,
-    fuse_archive,
-    fuse_hot,
+    by_score,
+    fuse,
+    interleaved,
     rank_candidates,
     rerank,
     stats_of,
@@ -127,14 +130,10 @@ def search(
     weights = weights or tenant_weights(_settings(tenant))
     k = max(weights.candidates, query.limit * 3)
     degraded = False
-    hot_turns: dict[int, list[tuple[int, float]]] = {}
-    episode_relevance: dict[int, float] = {}
-    explain: dict[int, dict[str, Any]] = {}
-
     layers = query.scope.layers or ALL_LAYERS
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
     if archive_layers and not archive.holds(tenant.pk, archive_layers):
-        # Nothing packed yet (a young tenant): the two warm/cold statements would find nothing,
+        # Nothing packed yet (a young tenant): the warm/cold statements would find nothing,
         # and planning them costs more than this look at the (tenant, layer) index.
         archive_layers = ()
     search_hot = Layer.HOT in layers
@@ -146,38 +145,18 @@ def search(
     # The query is embedded first: on 2 cores the model's threads and concurrent searches would
     # take the same cores (docs/decisions/0004).
     vector = query_vector(tenant, query)
-    # Redis answers in a worker thread while Postgres answers here: the two tiers are searched at
-    # the same time (the database connection stays on this thread, inside its transaction).
-    hot_future = _hot_pool.submit(_hot_lists, tenant, query, vector, text, k, weights) if search_hot else None
-    archive_hits = (
-        fuse_archive(_archive_lists(tenant, query, vector, text, k, archive_layers), weights)
-        if archive_layers
-        else {}
-    )
-    if missed:
-        narrowed = replace(query, scope=query.scope.replace(episode_ids=tuple(missed)))
-        for pk, found in fuse_archive(
-            _archive_lists(tenant, narrowed, vector, text, k, (Layer.HOT,)), weights
-        ).items():
-            archive_hits.setdefault(pk, found)
-    if hot_future is not None:
-        try:
-            # A Redis still loading its data answers LOADING, which redis-py raises as
-            # BusyLoadingError (a RedisError): it lands in the degraded branch below like an outage.
-            hot_turns, hot_explain = fuse_hot(hot_future.result(), weights)
-            explain.update(hot_explain)
-            for episode_id, turns in hot_turns.items():
-                episode_relevance[episode_id] = turns[0][1]
-        except HotUnavailable as exc:
-            logger.warning("hot tier unavailable, answering from Postgres: %s", exc)
-            degraded = outage = True
-            reason = f"{unavailable_reason(exc)}; answered from Postgres"
-            archive_hits = fuse_archive(_archive_lists(tenant, query, vector, text, k, layers), weights)
-
-    for episode_id, (score, parts) in archive_hits.items():
-        if score > episode_relevance.get(episode_id, 0.0):
-            episode_relevance[episode_id] = score
-            explain[episode_id] = parts
+    tiers = _Tiers(tenant, query, k, weights, hot=search_hot, archive_layers=archive_layers, missed=missed)
+    try:
+        fusion = tiers.fuse(vector, text)
+    except HotUnavailable as exc:
+        # A Redis still loading its data answers LOADING, which redis-py raises as
+        # BusyLoadingError (a RedisError): it lands here like an outage.
+        logger.warning("hot tier unavailable, answering from Postgres: %s", exc)
+        degraded = outage = True
+        reason = f"{unavailable_reason(exc)}; answered from Postgres"
+        tiers = _Tiers(tenant, query, k, weights, hot=False, archive_layers=tuple(layers), missed=[])
+        fusion = tiers.fuse(vector, text)
+    hot_turns, episode_relevance, explain = fusion.turns, fusion.relevance, fusion.explain
 
     # Ranking reads a few columns of every candidate; only the hits kept are loaded whole
     # (building model objects for every candidate costs more than the statements).
@@ -194,9 +173,10 @@ def search(
     for pk, score, parts in order:
         if pk not in episodes:  # forgotten since it was ranked
             continue
-        hit = Hit(
-            episode=episodes[pk], relevance=episode_relevance[pk], score=score, matched=hot_turns.get(pk, [])
-        )
+        episode = episodes[pk]
+        # A hot hit shows its matched turns; a packed one its shape (what matched is in ``explain``).
+        matched = hot_turns.get(pk, []) if episode.layer == Layer.HOT else []
+        hit = Hit(episode=episode, relevance=episode_relevance[pk], score=score, matched=matched)
         if query.explain:
             hit.explain = {**explain.get(pk, {}), **parts, "score": score}
         hits.append(hit)
@@ -243,35 +223,97 @@ def _narrow(ids: list[int], within: tuple[int, ...]) -> list[int]:
     return [pk for pk in ids if pk in allowed]
 
 
-def _hot_lists(
-    tenant: Tenant,
-    query: SearchQuery,
-    vector: np.ndarray | None,
-    text: str | None,
-    k: int,
-    weights: RetrievalWeights,
-) -> Lists:
-    return hot_store().search(
-        tenant.id.hex, vector=vector, text=text, scope=query.scope, k=k, feedback=weights.feedback
-    )
+class _Tiers:
+    """The lists of one search from every tier it reaches, fused once (``ranking.fuse``).
 
+    Text first, the tiers at the same time (Redis in a worker thread, Postgres here, on this
+    thread's connection and inside its transaction); then the query vector is moved towards the
+    best text hits of either tier (``episodes.stores.hot.Feedback``) and both tiers are asked for
+    the nearest turns to that one vector, again at the same time."""
 
-def _archive_lists(
-    tenant: Tenant,
-    query: SearchQuery,
-    vector: np.ndarray | None,
-    text: str | None,
-    k: int,
-    layers: tuple[str, ...],
-) -> Lists:
-    return archive.search(
-        str(tenant.id),
-        vector=vector,
-        text=text,
-        scope=query.scope.replace(layers=layers),
-        k=k,
-        raw_turns=_settings(tenant).search_packed_turns,
-    )
+    def __init__(
+        self,
+        tenant: Tenant,
+        query: SearchQuery,
+        k: int,
+        weights: RetrievalWeights,
+        *,
+        hot: bool,
+        archive_layers: tuple[str, ...],
+        missed: list[int],
+    ):
+        self.tenant, self.k, self.weights, self.hot = tenant, k, weights, hot
+        self.raw_turns = _settings(tenant).search_packed_turns
+        # Warm and cold episodes, and the hot ones the index missed (by their shapes).
+        self.archive_scopes = [query.scope.replace(layers=archive_layers)] if archive_layers else []
+        if missed:
+            self.archive_scopes.append(query.scope.replace(layers=(Layer.HOT,), episode_ids=tuple(missed)))
+        self.scope = query.scope
+        # The share of the tenant's turns in warm and cold, which weighs the tiers' text lists.
+        self.packed_share = 0.0
+        if self.archive_scopes and hot:
+            total, packed = archive.turn_counts(str(tenant.id))
+            self.packed_share = packed / total if total else 0.0
+        elif self.archive_scopes:
+            self.packed_share = 1.0
+
+    def fuse(self, vector: np.ndarray | None, text: str | None) -> Fusion:
+        words = text or ""
+        hot_text, archive_text = self._both(
+            lambda: hot_store().text_search(self.tenant.id.hex, text=words, scope=self.scope, k=self.k),
+            lambda: [
+                hit
+                for scope in self.archive_scopes
+                for hit in archive.text_search(
+                    str(self.tenant.id), text=words, scope=scope, k=self.k, raw_turns=self.raw_turns
+                )
+            ],
+            run=text is not None,
+        )
+        text_list = interleaved([(hot_text, 1.0 - self.packed_share), (archive_text, self.packed_share)])
+        vector_list: list[Match] = []
+        if vector is not None:
+            vector = self._moved(vector, text_list)
+            hot_vector, archive_vector = self._both(
+                lambda: hot_store().vector_search(
+                    self.tenant.id.hex, vector=vector, scope=self.scope, k=self.k
+                ),
+                lambda: [
+                    hit
+                    for scope in self.archive_scopes
+                    for hit in archive.vector_search(
+                        str(self.tenant.id), vector=vector, scope=scope, k=self.k, raw_turns=self.raw_turns
+                    )
+                ],
+                run=True,
+            )
+            vector_list = by_score(hot_vector, archive_vector)
+        return fuse(vector_list, text_list, self.weights)
+
+    def _both(
+        self, hot_call: Callable[[], list[Any]], archive_call: Callable[[], list[Any]], *, run: bool
+    ) -> tuple[list[Any], list[Any]]:
+        if not run:
+            return [], []
+        future = _hot_pool.submit(hot_call) if self.hot else None
+        archived = archive_call() if self.archive_scopes else []
+        return (future.result() if future is not None else []), archived
+
+    def _moved(self, vector: np.ndarray, text_list: list[Match]) -> np.ndarray:
+        feedback = self.weights.feedback
+        best = text_list[: feedback.docs]
+        if not best:
+            return vector
+        hot_docs = [m.doc_id for m in best if isinstance(m, HotHit)]
+        packed = [m for m in best if not isinstance(m, HotHit)]
+        found = hot_store().doc_vectors(hot_docs) if hot_docs else []
+        if packed:
+            found += archive.vectors_of(
+                str(self.tenant.id),
+                [m.turn_id for m in packed if m.turn_id is not None],
+                [m.episode_id for m in packed if m.turn_id is None],
+            )
+        return moved_towards(vector, found, feedback.weight)
 
 
 def record_access(

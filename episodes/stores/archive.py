@@ -6,8 +6,8 @@ statement built here.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 from django.db import connection
@@ -19,20 +19,17 @@ from memory_platform.ttl_cache import ttl_cached
 from ..scope import ALL_LAYERS, Scope
 from .tables import EPISODES, TURNS
 
-# Up to this many packed turns, a tenant's warm/cold search is exact (see `search`); the exact
+# Up to this many packed turns, a tenant's warm/cold search is exact (see `_plan`); the exact
 # plan's cost grows with the tenant's packed turns. Above it, a filtered scan of the shared HNSW
 # graphs reaches the tenant's rows; a filtered scan stops after hnsw.max_scan_tuples rows, so in
 # much larger graphs raise this threshold or that setting (docs/decisions/0005).
 EXACT_PACKED_TURNS = 2000
 PACKED_COUNT_TTL = 60.0
-# Each full-text pass (see `search`) ranks at most this many matches: on the approximate plan,
+# Each full-text pass (see `text_search`) ranks at most this many matches: on the approximate plan,
 # and on the exact plan (a small tenant, whose matches are few).
 TEXT_CANDIDATES = 300
 TEXT_CANDIDATES_EXACT = 1000
-# Packed turns ranked by vector, per wanted episode (several may share one episode).
-PACKED_TURNS_PER_EPISODE = 1
 
-_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="archive-search")
 _packed_count_cache: dict[str, tuple[float, Any]] = {}
 
 
@@ -51,16 +48,25 @@ _TWO_WORDS_QUERY = (
 )
 
 
-def packed_turns(tenant_id: str) -> int:
-    """How many packed turns the tenant has (partial index `turn_packed_tenant`); cached per
-    process for a minute: it only decides between an exact and an approximate plan."""
+def turn_counts(tenant_id: str) -> tuple[int, int]:
+    """How many turns the tenant has, and how many of them are packed; cached per process for a
+    minute: they only choose a plan and weigh the tiers' text lists (``retrieval.ranking``)."""
 
-    def compute() -> int:
+    def compute() -> tuple[int, int]:
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM {TURNS} WHERE tenant_id = %s AND packed", [tenant_id])
-            return int(cursor.fetchone()[0])
+            cursor.execute(
+                f"SELECT count(*), count(*) FILTER (WHERE packed) FROM {TURNS} WHERE tenant_id = %s",
+                [tenant_id],
+            )
+            total, packed = cursor.fetchone()
+            return int(total), int(packed)
 
-    return int(ttl_cached(_packed_count_cache, tenant_id, PACKED_COUNT_TTL, compute))
+    return cast(tuple[int, int], ttl_cached(_packed_count_cache, tenant_id, PACKED_COUNT_TTL, compute))
+
+
+def packed_turns(tenant_id: str) -> int:
+    """How many packed turns the tenant has (see ``turn_counts``)."""
+    return turn_counts(tenant_id)[1]
 
 
 def holds(tenant_id: Any, layers: tuple[str, ...]) -> bool:
@@ -77,128 +83,138 @@ def holds(tenant_id: Any, layers: tuple[str, ...]) -> bool:
     return row is not None
 
 
-def search(
-    tenant_id: str,
-    *,
-    vector: np.ndarray | None,
-    text: str | None,
-    scope: Scope,
-    k: int,
-    raw_turns: bool = True,
-) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-    """(vector hits, text hits) as (episode id, similarity or rank) lists, best first: one
-    statement, or two at the same time on two connections outside a transaction.
+@dataclass(frozen=True)
+class ArchiveHit:
+    """One match in the warm/cold tier: a packed turn (``turn_id``) or an episode's own shape or
+    centroid (``turn_id`` None), with its similarity or text rank."""
 
-    Two plans, by the tenant's size. Up to EXACT_PACKED_TURNS packed turns, everything is exact
-    and complete: packed turns and episode centroids ranked by true distance, full text over
-    every lexeme. Above, the approximate indexes: the partial HNSW graphs (with
-    `hnsw.iterative_scan`, set for every connection), and full text over rows holding any two of
-    the query's lexemes rather than any one (see below). An HNSW graph is shared by all tenants,
-    so a small tenant's rows are a sliver of it that a filtered scan may never reach: small
-    tenants are never searched through it.
-    """
+    episode_id: int
+    turn_id: int | None
+    score: float
+
+
+def _plan(tenant_id: str, scope: Scope, raw_turns: bool) -> tuple[bool, bool, str, list[Any]]:
+    """(exact, shapes, WHERE on ``e``, its parameters). Two plans, by the tenant's size. Up to
+    EXACT_PACKED_TURNS packed turns, everything is exact and complete: packed turns and episode
+    centroids ranked by true distance, full text over every lexeme. Above, the approximate
+    indexes: the partial HNSW graphs (with `hnsw.iterative_scan`, set for every connection), and
+    full text over rows holding any two of the query's lexemes rather than any one (see
+    ``text_search``). An HNSW graph is shared by all tenants, so a small tenant's rows are a
+    sliver of it that a filtered scan may never reach: small tenants are never searched through
+    it. Episode centroids and shapes (the seeds' "small index" of packed episodes, and hot
+    episodes when Redis is down) are searched on the exact plan, without raw turns, or for hot
+    episodes; on the approximate plan the raw turns cover what they say."""
     layers = scope.layers or ALL_LAYERS
-    if vector is None and not (text and text.strip()):
-        return [], []
     where, params = scope.sql("e")
-    where = f"e.tenant_id = %s AND {where}"
-    params = [tenant_id, *params]
     exact = packed_turns(tenant_id) <= EXACT_PACKED_TURNS
-    # Episode centroids and shapes: the seeds' "small index" of packed episodes, and hot episodes
-    # when Redis is down (degraded mode; hot turns are not `packed`). With raw turns searched
-    # too, the approximate plan leaves them out: the turns cover what they say.
     shapes = not raw_turns or exact or Layer.HOT in layers
-    # "+ 0" keeps the planner off the HNSW index where the ranking must be exact.
-    distance = "+ 0" if exact else ""
-    vector_parts: list[str] = []
-    vector_args: list = []
-    text_parts: list[str] = []
-    text_args: list = []
-    text = text if text and text.strip() else None
-    if vector is not None:
-        literal = db.Vector(vector)
-        if raw_turns:
-            # The turns of packed episodes keep their own embeddings (the raw log is never
-            # packed), and a centroid blurs the one turn a question is about: rank the packed
-            # turns (`packed`, migration 0008), each episode by its best turn.
-            vector_parts.append(
-                f"(SELECT 'v' AS src, s.episode_id AS id, max(s.sim) AS score FROM (SELECT t.episode_id, "
-                f"1 - (t.embedding <=> %s::vector) AS sim FROM {TURNS} t JOIN {EPISODES} e "
-                f"ON e.id = t.episode_id WHERE t.packed AND t.embedding IS NOT NULL AND t.tenant_id = %s "
-                f"AND {where} ORDER BY (t.embedding <=> %s::vector) {distance} LIMIT %s) s GROUP BY s.episode_id)"
+    return exact, shapes, f"e.tenant_id = %s AND {where}", [tenant_id, *params]
+
+
+def vector_search(
+    tenant_id: str, *, vector: np.ndarray, scope: Scope, k: int, raw_turns: bool = True
+) -> list[ArchiveHit]:
+    """The packed turns (and, where searched, episode centroids) nearest ``vector``, best first,
+    by cosine similarity. A packed turn is compared as a hot turn document is: its own embedding
+    plus the embedding of its window (``episodes.indexing.turn_documents``), so a turn scores the
+    same in either tier and the two tiers' lists merge by score."""
+    exact, shapes, where, params = _plan(tenant_id, scope, raw_turns)
+    literal = db.Vector(vector)
+    parts: list[str] = []
+    args: list[Any] = []
+    if raw_turns:
+        # The turns of packed episodes keep their own embeddings (the raw log is never packed).
+        # "+ 0" keeps the planner off the HNSW index where the ranking must be exact; the
+        # approximate plan walks the HNSW graph of own embeddings for twice the candidates, then
+        # compares each as a hot document.
+        blended = "coalesce(t.embedding + t.context_embedding, t.embedding)"
+        order = f"({blended} <=> %s::vector)" if exact else "(t.embedding <=> %s::vector)"
+        parts.append(
+            f"(SELECT s.episode_id, s.id, s.sim FROM (SELECT t.episode_id, t.id, "
+            f"1 - ({blended} <=> %s::vector) AS sim FROM {TURNS} t JOIN {EPISODES} e ON e.id = t.episode_id "
+            f"WHERE t.packed AND t.embedding IS NOT NULL AND t.tenant_id = %s AND {where} "
+            f"ORDER BY {order} LIMIT %s) s ORDER BY s.sim DESC LIMIT %s)"
+        )
+        args.extend([literal, tenant_id, *params, literal, k if exact else 2 * k, k])
+    if shapes:
+        distance = "+ 0" if exact else ""
+        parts.append(
+            f"(SELECT e.id, NULL::bigint, 1 - (e.embedding <=> %s::vector) FROM {EPISODES} e "
+            f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY (e.embedding <=> %s::vector) {distance} "
+            f"LIMIT %s)"
+        )
+        args.extend([literal, *params, literal, k])
+    rows = db.fetch(" UNION ALL ".join(parts), args) if parts else []
+    hits = [ArchiveHit(int(e), int(t) if t is not None else None, float(s)) for e, t, s in rows]
+    hits.sort(key=lambda h: -h.score)
+    return hits
+
+
+def text_search(
+    tenant_id: str, *, text: str, scope: Scope, k: int, raw_turns: bool = True
+) -> list[ArchiveHit]:
+    """Full-text matches, best first: packed turns matching all the query's lexemes, then those
+    of the broad pass, then episodes by their own text (summary, key points, headline).
+
+    Full text runs in two passes: every match of all the query's lexemes, ranked; then, because a
+    question rarely shares every word with its answer, a broad pass. Each ranks at most `cap`
+    matches, taken as the index finds them (unranked). A small tenant's broad pass is any word:
+    its matches are few and all ranked. In a large tenant one common word matches thousands of
+    rows, of which the cap would keep an arbitrary few, so its broad pass is any two words: rows
+    sharing two of the question's words are fewer and likelier its answer. The broad pass ranks
+    with `ts_rank`, not `ts_rank_cd`, whose cover search over an OR of every pair of words is slow
+    (docs/decisions/0005). (The all-words passes are capped too: a question left with one common
+    word after its stopwords matches a large share of a big tenant.)"""
+    if not text.strip():
+        return []
+    exact, shapes, where, params = _plan(tenant_id, scope, raw_turns)
+    broad = _ANY_WORD_QUERY if exact else _TWO_WORDS_QUERY
+    cap = TEXT_CANDIDATES_EXACT if exact else TEXT_CANDIDATES
+    parts: list[str] = []
+    args: list[Any] = []
+    if raw_turns:
+        for order, (query, rank) in enumerate(((_ALL_WORDS_QUERY, "ts_rank_cd"), (broad, "ts_rank"))):
+            parts.append(
+                f"(SELECT {order} AS pass, s.episode_id, s.id, s.rank FROM (SELECT t.episode_id, t.id, "
+                f"{rank}(t.search_vector, q.query) AS rank FROM {query} q, {TURNS} t "
+                f"JOIN {EPISODES} e ON e.id = t.episode_id WHERE q.query IS NOT NULL AND t.packed "
+                f"AND t.tenant_id = %s AND t.search_vector @@ q.query AND {where} LIMIT %s) s "
+                f"ORDER BY s.rank DESC LIMIT %s)"
             )
-            vector_args.extend(
-                [literal, tenant_id, *params, literal, (4 if exact else PACKED_TURNS_PER_EPISODE) * k]
-            )
-        if shapes:
-            vector_parts.append(
-                f"(SELECT 'c' AS src, e.id, 1 - (e.embedding <=> %s::vector) AS score FROM {EPISODES} e "
-                f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY (e.embedding <=> %s::vector) {distance} "
-                f"LIMIT %s)"
-            )
-            vector_args.extend([literal, *params, literal, k])
-    if text is not None:
-        # Full text in two passes: every match of all the query's lexemes, ranked; then, because
-        # a question rarely shares every word with its answer, a broad pass. Each ranks at most
-        # `cap` matches, taken as the index finds them (unranked); all-words hits come first. A
-        # small tenant's broad pass is any word: its matches are few and all ranked. In a large
-        # tenant one common word matches thousands of rows, of which the cap would keep an
-        # arbitrary few, so its broad pass is any two words: rows sharing two of the question's
-        # words are fewer and likelier its answer. The broad pass ranks with `ts_rank`, not
-        # `ts_rank_cd`, whose cover search over an OR of every pair of words is slow
-        # (docs/decisions/0005).
-        broad = _ANY_WORD_QUERY if exact else _TWO_WORDS_QUERY
-        cap = TEXT_CANDIDATES_EXACT if exact else TEXT_CANDIDATES
-        # (The all-words passes are capped too: a question left with one common word after its
-        # stopwords matches a large share of a big tenant.)
-        # The episodes' own text (summary, key points, headline): all words; the broad pass only
-        # where their shapes are searched.
-        episode_passes = [("a", _ALL_WORDS_QUERY, "ts_rank_cd")]
-        if shapes:
-            episode_passes.append(("b", broad, "ts_rank"))
-        for src, query, rank in episode_passes:
-            text_parts.append(
-                f"(SELECT '{src}' AS src, c.id, {rank}(c.search_vector, q.query) AS score FROM {query} q, "
-                f"LATERAL (SELECT e.id, e.search_vector FROM {EPISODES} e WHERE q.query IS NOT NULL "
-                f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY score DESC LIMIT %s)"
-            )
-            text_args.extend([text, *params, cap, k])
-        if raw_turns:
-            # The raw turns of packed episodes, each episode by its best turn.
-            for src, query, rank in (("ta", _ALL_WORDS_QUERY, "ts_rank_cd"), ("tb", broad, "ts_rank")):
-                text_parts.append(
-                    f"(SELECT '{src}' AS src, s.episode_id AS id, max(s.rank) AS score FROM (SELECT t.episode_id, "
-                    f"{rank}(t.search_vector, q.query) AS rank FROM {query} q, {TURNS} t "
-                    f"JOIN {EPISODES} e ON e.id = t.episode_id WHERE q.query IS NOT NULL AND t.packed "
-                    f"AND t.tenant_id = %s AND t.search_vector @@ q.query AND {where} LIMIT %s) s "
-                    f"GROUP BY s.episode_id ORDER BY score DESC LIMIT %s)"
-                )
-                text_args.extend([text, tenant_id, *params, cap, k])
-    if vector_parts and text_parts and not connection.in_atomic_block:
-        # Two statements on two connections at once: the vector half in a worker thread. Not
-        # inside a transaction, whose own writes only its connection can see.
-        future = _pool.submit(db.in_worker, db.fetch, " UNION ALL ".join(vector_parts), vector_args)
-        rows = db.fetch(" UNION ALL ".join(text_parts), text_args) + future.result()
-    elif vector_parts or text_parts:
-        rows = db.fetch(" UNION ALL ".join(vector_parts + text_parts), vector_args + text_args)
-    else:
-        return [], []
-    by_source: dict[str, list[tuple[int, float]]] = {}
-    for src, i, sc in rows:
-        by_source.setdefault(src, []).append((int(i), float(sc)))
-    best: dict[int, float] = {}
-    for i, sc in by_source.get("v", []) + by_source.get("c", []):
-        best[i] = max(best.get(i, -1.0), sc)
-    vector_hits = sorted(best.items(), key=lambda x: -x[1])[:k]
-    for hits in by_source.values():
-        hits.sort(key=lambda x: -x[1])
-    text_hits = []
-    seen: set[int] = set()
-    # Raw-turn matches rank first when searched (a turn is where a question's words are),
-    # all words before the broad pass; then the shape's.
-    for src in ("ta", "tb", "a", "b"):
-        for i, sc in by_source.get(src, []):
-            if i not in seen:
-                seen.add(i)
-                text_hits.append((i, sc))
-    return vector_hits, text_hits[:k]
+            args.extend([text, tenant_id, *params, cap, k])
+    # The episodes' own text: all words; the broad pass only where their shapes are searched.
+    episode_passes = [(_ALL_WORDS_QUERY, "ts_rank_cd")] + ([(broad, "ts_rank")] if shapes else [])
+    for order, (query, rank) in enumerate(episode_passes, start=2):
+        parts.append(
+            f"(SELECT {order} AS pass, c.id, NULL::bigint, {rank}(c.search_vector, q.query) AS rank "
+            f"FROM {query} q, LATERAL (SELECT e.id, e.search_vector FROM {EPISODES} e WHERE q.query IS NOT NULL "
+            f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY rank DESC LIMIT %s)"
+        )
+        args.extend([text, *params, cap, k])
+    rows = db.fetch(" UNION ALL ".join(parts), args)
+    # All-words turn matches first (a turn is where a question's words are), then the broad pass,
+    # then the shapes'; each thing once, at its first place.
+    rows.sort(key=lambda r: (r[0], -float(r[3])))
+    hits: list[ArchiveHit] = []
+    seen: set[tuple[int, int | None]] = set()
+    for _, episode_id, turn_id, rank in rows:
+        key = (int(episode_id), int(turn_id) if turn_id is not None else None)
+        if key not in seen:
+            seen.add(key)
+            hits.append(ArchiveHit(key[0], key[1], float(rank)))
+    return hits
+
+
+def vectors_of(tenant_id: str, turn_ids: list[int], episode_ids: list[int]) -> list[np.ndarray]:
+    """The vectors these packed turns (as ``vector_search`` compares them) and episodes (their
+    centroids) are searched by: what a query is moved towards (pseudo-relevance feedback)."""
+    if not turn_ids and not episode_ids:
+        return []
+    rows = db.fetch(
+        f"SELECT coalesce(embedding + context_embedding, embedding) FROM {TURNS} "
+        f"WHERE tenant_id = %s AND id = ANY(%s) AND embedding IS NOT NULL "
+        f"UNION ALL SELECT embedding FROM {EPISODES} WHERE tenant_id = %s AND id = ANY(%s) "
+        f"AND embedding IS NOT NULL",
+        [tenant_id, turn_ids, tenant_id, episode_ids],
+    )
+    return [db.vector_of(row[0]) for row in rows]

@@ -87,6 +87,15 @@ def _unit(vector: np.ndarray) -> np.ndarray:
     return vector / norm if norm > 0 else vector
 
 
+def moved_towards(vector: np.ndarray, found: list[np.ndarray], weight: float) -> np.ndarray:
+    """The unit query vector plus ``weight`` times the mean of the documents' unit vectors
+    (``Feedback``); the query itself when there are none."""
+    query = _unit(np.asarray(vector, dtype=np.float32))
+    if not found:
+        return query
+    return _unit(query + weight * np.mean([_unit(np.asarray(v, dtype=np.float32)) for v in found], axis=0))
+
+
 def _vector_query(vector: np.ndarray, expr: FilterExpression, k: int, policy: str) -> VectorQuery:
     return VectorQuery(
         vector=np.asarray(vector, dtype=np.float32).tobytes(),
@@ -332,47 +341,51 @@ class HotStore:
     ) -> tuple[list[HotHit], list[HotHit]]:
         """KNN and BM25 over the tenant's hot documents: (vector hits, text hits), best first.
 
-        Without feedback both go out pipelined in one round trip. With feedback (and both a
-        vector and query words), BM25 runs first and the KNN query is the vector moved towards
-        the best text hits' vectors (see ``Feedback``): three short round trips instead of one.
+        With feedback (and both a vector and query words), BM25 runs first and the KNN query is
+        the vector moved towards the best text hits' vectors (see ``Feedback``)."""
+        text_hits = self.text_search(tenant_hex, text=text, scope=scope, k=k, doctype=doctype) if text else []
+        if vector is not None and feedback is not None and feedback.docs > 0 and text_hits:
+            found = self.doc_vectors([h.doc_id for h in text_hits[: feedback.docs]])
+            vector = moved_towards(vector, found, feedback.weight)
+        vector_hits = (
+            self.vector_search(tenant_hex, vector=vector, scope=scope, k=k, doctype=doctype)
+            if vector is not None
+            else []
+        )
+        return vector_hits, text_hits
 
-        redisvl builds the queries; they are sent as plain FT.SEARCH commands and only the fields
-        used are read from the replies (redisvl's own result processing costs more than Redis
-        takes to answer)."""
-        index = self.ensure_index(tenant_hex)
-        expr = self._filter(tenant_hex, doctype, scope)
+    def text_search(
+        self, tenant_hex: str, *, text: str, scope: Scope, k: int, doctype: str = keys.DOC_TURN
+    ) -> list[HotHit]:
+        """BM25 over the tenant's hot documents, best first.
+
+        redisvl builds the query; it is sent as a plain FT.SEARCH and only the fields used are
+        read from the reply (redisvl's own result processing costs more than Redis takes to
+        answer)."""
         # Stopwords are dropped here, once (redisvl would send "@text:()", a syntax error, when
         # a query holds nothing else; and RediSearch 8.2 crashes on some unions of stopwords).
-        words = " ".join(w for w in _WORD.findall(text.lower()) if w not in _stopwords()) if text else ""
-        text_query = (
-            TextQuery(
-                text=words,
-                text_field_name="text",
-                filter_expression=expr,
-                num_results=k,
-                return_fields=_RETURN_FIELDS,
-                stopwords=None,
-                text_scorer=TEXT_SCORER,
-            )
-            if words
-            else None
+        words = " ".join(w for w in _WORD.findall(text.lower()) if w not in _stopwords())
+        if not words:
+            return []
+        index = self.ensure_index(tenant_hex)
+        query = TextQuery(
+            text=words,
+            text_field_name="text",
+            filter_expression=self._filter(tenant_hex, doctype, scope),
+            num_results=k,
+            return_fields=_RETURN_FIELDS,
+            stopwords=None,
+            text_scorer=TEXT_SCORER,
         )
-        text_hits: list[HotHit] | None = None
-        if vector is not None and text_query is not None and feedback is not None and feedback.docs > 0:
-            text_hits = hot_replies.hits(self._run(index, text_query)[0], distance=False)
-            vector = self._moved_towards(
-                vector, [h.doc_id for h in text_hits[: feedback.docs]], feedback.weight
-            )
-            text_query = None  # answered
-        queries: dict[str, BaseQuery] = {}
-        if vector is not None:
-            queries["vector"] = _vector_query(vector, expr, k, _hybrid_policy(scope))
-        if text_query is not None:
-            queries["text"] = text_query
-        replies = dict(zip(queries, self._run(index, *queries.values()), strict=True)) if queries else {}
-        if text_hits is None:
-            text_hits = hot_replies.hits(replies.get("text"), distance=False)
-        return hot_replies.hits(replies.get("vector"), distance=True), text_hits
+        return hot_replies.hits(self._run(index, query)[0], distance=False)
+
+    def vector_search(
+        self, tenant_hex: str, *, vector: np.ndarray, scope: Scope, k: int, doctype: str = keys.DOC_TURN
+    ) -> list[HotHit]:
+        """KNN over the tenant's hot documents, best first, by cosine similarity."""
+        index = self.ensure_index(tenant_hex)
+        query = _vector_query(vector, self._filter(tenant_hex, doctype, scope), k, _hybrid_policy(scope))
+        return hot_replies.hits(self._run(index, query)[0], distance=True)
 
     def _run(self, index: str, *queries: BaseQuery) -> list[Any]:
         """FT.SEARCH each query on ``index``, pipelined in one round trip; the raw replies in order."""
@@ -387,18 +400,14 @@ class HotStore:
             )
         return pipe.execute()  # type: ignore[no-any-return]
 
-    def _moved_towards(self, vector: np.ndarray, doc_ids: list[str], weight: float) -> np.ndarray:
-        """The unit query vector plus ``weight`` times the mean of the documents' unit vectors."""
-        query = _unit(np.asarray(vector, dtype=np.float32))
+    def doc_vectors(self, doc_ids: list[str]) -> list[np.ndarray]:
+        """The vectors of these documents (those still there), as the KNN index holds them."""
         if not doc_ids:
-            return query
+            return []
         pipe = self.client.pipeline(transaction=False)
         for doc_id in doc_ids:
             pipe.hget(doc_id, "embedding")
-        found = [np.frombuffer(raw, dtype=np.float32) for raw in pipe.execute() if raw]
-        if not found:
-            return query  # removed since the text search saw them
-        return _unit(query + weight * np.mean([_unit(v) for v in found], axis=0))
+        return [np.frombuffer(raw, dtype=np.float32) for raw in pipe.execute() if raw]
 
     def episode_ids(self, tenant_hex: str, scope: Scope | None = None, limit: int = 10_000) -> set[int]:
         """Ids of the tenant's hot episodes that have an episode document."""

@@ -227,25 +227,34 @@ def test_both_warm_cold_plans_find_a_packed_episode_by_vector_and_by_words(calle
     assert by_vector["results"][0]["episode_id"] == target
 
 
-def test_split_and_single_statement_warm_cold_search_agree(caller):
-    from django.db import transaction
-
+@pytest.mark.parametrize("plan", ["exact", "approximate"])
+def test_a_packed_turn_scores_what_its_hot_document_scored(caller, monkeypatch, plan):
+    # The tiers' vector lists merge by score (retrieval.ranking.by_score): a turn compared in
+    # Postgres once packed must score as its document did in Redis.
     from episodes.stores import archive
+    from episodes.stores.hot import hot_store
 
-    for i, text in enumerate(["greyhound named comet", "budget meeting notes", "sourdough starter died"]):
-        pack(turns(caller, f"s{i}", [text, "ok"])["episode_ids"][0], "warm")
-    vector = get_embedder("local").embed_one("a dog")
-    filters = Scope(layers=("warm", "cold"), states=("active",))
-
-    def run():
-        hits = archive.search(str(caller.tenant.id), vector=vector, text="comet budget", scope=filters, k=10)
-        return [[(e, round(score, 5)) for e, score in found] for found in hits]
-
-    split = run()  # autocommit: the vector half on a worker connection
-    with transaction.atomic():
-        single = run()  # inside a transaction: one statement on this connection
-    assert split == single
-    assert len(split[0]) == 3 and len(split[1]) == 2
+    monkeypatch.setattr(archive, "EXACT_PACKED_TURNS", 10_000 if plan == "exact" else 0)
+    monkeypatch.setattr(archive, "_packed_count_cache", {})
+    texts = ["my sister adopted a greyhound named comet", "he sleeps all day", "and hates the rain"]
+    episode = pk(turns(caller, "s1", texts)["episode_ids"][0])
+    vector = get_embedder("local").embed_one("a dog called comet")
+    hot = {
+        h.turn_id: h.score
+        for h in hot_store().vector_search(caller.tenant.id.hex, vector=vector, scope=Scope(), k=10)
+    }
+    pack(episode, "warm")
+    with transaction.atomic():  # on the request's connection, inside its transaction
+        packed = {
+            h.turn_id: h.score
+            for h in archive.vector_search(
+                str(caller.tenant.id), vector=vector, scope=Scope(layers=("warm",)), k=10
+            )
+            if h.turn_id is not None
+        }
+    assert len(hot) == 3 and set(packed) == set(hot)
+    for turn_id, score in hot.items():
+        assert packed[turn_id] == pytest.approx(score, abs=1e-4)
 
 
 @pytest.mark.parametrize("plan", ["exact", "approximate"])
@@ -264,14 +273,13 @@ def test_the_broad_full_text_pass_is_any_word_when_exact_and_any_two_words_at_sc
     episodes = {name: turns(caller, name, [text, "ok"])["episode_ids"][0] for name, text in texts.items()}
     for episode_id in episodes.values():
         pack(episode_id, "warm")
-    _, text_hits = archive.search(
+    text_hits = archive.text_search(
         str(caller.tenant.id),
-        vector=None,
         text="did my sister walk her greyhound by the canal?",  # no row holds every word
         scope=Scope(layers=("warm",), states=("active",)),
         k=10,
     )
-    found = {Episode.objects.get(pk=episode_id).public_id for episode_id, _ in text_hits}
+    found = {Episode.objects.get(pk=hit.episode_id).public_id for hit in text_hits}
     assert episodes["two"] in found and episodes["none"] not in found
     assert (episodes["one"] in found) is (plan == "exact")
 
@@ -285,9 +293,8 @@ def test_the_all_words_pass_ranks_at_most_its_cap_of_matches(caller, monkeypatch
     monkeypatch.setattr(archive, "TEXT_CANDIDATES", 2)
     for i in range(5):
         pack(turns(caller, f"s{i}", [f"the greyhound ran lap {i}", "ok"])["episode_ids"][0], "warm")
-    _, text_hits = archive.search(
+    text_hits = archive.text_search(
         str(caller.tenant.id),
-        vector=None,
         text="the greyhound",  # one word after the stopwords: the two-word pass has nothing
         scope=Scope(layers=("warm",), states=("active",)),
         raw_turns=False,  # the episodes' own text

@@ -1,0 +1,97 @@
+"""One ranking over every tier (issue 16, item 2): an episode that moved to warm or cold ranks
+where it would have ranked hot, not level with the best of whatever stayed hot."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from episodes.stores.hot_replies import HotHit
+from memory_platform.embeddings import get_embedder
+from retrieval.ranking import MIN_SHARE, by_score, interleaved
+
+from ..conftest import pk
+from .test_search import pack, turns
+
+DOGS = [
+    "my sister adopted a greyhound named comet",
+    "our neighbour's beagle barks at every dog walker",
+    "the puppy training class taught the spaniel to sit",
+    "we walked the old labrador along the river every morning",
+]
+OTHERS = [
+    "the sourdough recipe needs a long cold proof",
+    "quarterly tax forms are due before the end of april",
+    "the train to the airport was cancelled again",
+]
+
+
+@dataclass
+class Packed:
+    episode_id: int
+    turn_id: int | None
+    score: float
+
+
+def hot(turn_id: int, score: float) -> HotHit:
+    return HotHit(doc_id=f"d{turn_id}", episode_id=turn_id, turn_id=turn_id, score=score)
+
+
+def test_vector_lists_of_two_tiers_merge_by_similarity():
+    merged = by_score([hot(1, 0.41), hot(2, 0.30)], [Packed(10, 11, 0.52), Packed(12, 13, 0.35)])
+    assert [m.score for m in merged] == [0.52, 0.41, 0.35, 0.30]
+
+
+def test_text_lists_interleave_by_the_share_of_the_tenant_each_tier_holds():
+    hot_list = [hot(1, 9.0), hot(2, 8.0), hot(3, 7.0)]
+    packed = [Packed(10, 11, 0.1), Packed(12, 13, 0.09), Packed(14, 15, 0.08)]
+    # One tier in four hot: its first match stands where the fourth would in one index.
+    merged = interleaved([(hot_list, 0.25), (packed, 0.75)])
+    assert [m.turn_id for m in merged][:4] == [11, 13, 1, 15]
+    # Equal shares alternate, the first list first on ties.
+    assert [m.turn_id for m in interleaved([(hot_list, 0.5), (packed, 0.5)])][:4] == [1, 11, 2, 13]
+    # A tier holding nothing counted (hot episodes not indexed yet) still places its matches.
+    assert [m.turn_id for m in interleaved([(hot_list, 1.0), (packed[:1], 0.0)])] == [1, 2, 3, 11]
+    assert MIN_SHARE > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_packed_episodes_rank_above_weaker_hot_ones(caller):
+    # Before one ranking, each tier's best match scored alike: an unrelated hot episode ranked
+    # level with the best packed one, above every other relevant packed episode.
+    dogs = [pk(turns(caller, f"d{i}", [text, "ok"])["episode_ids"][0]) for i, text in enumerate(DOGS)]
+    others = [pk(turns(caller, f"o{i}", [text, "ok"])["episode_ids"][0]) for i, text in enumerate(OTHERS)]
+    for episode_id in dogs:
+        pack(episode_id, "warm")
+    vector = get_embedder("local").embed_one("a dog").tolist()
+    found = caller.post("/api/v1/search", {"query": "", "vector": vector, "limit": 7, "explain": True}).json()
+    ranked = [pk(hit["episode_id"]) for hit in found["results"]]
+    assert set(ranked[:4]) == set(dogs), [hit["explain"] for hit in found["results"]]
+    assert set(ranked[4:]) == set(others)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_episode_ranks_as_it_did_hot_after_it_is_packed(caller):
+    ids = [pk(turns(caller, f"d{i}", [text, "ok"])["episode_ids"][0]) for i, text in enumerate(DOGS + OTHERS)]
+    vector = get_embedder("local").embed_one("a dog").tolist()
+
+    def ranking():
+        body = {"query": "which dog did my sister adopt", "vector": vector, "limit": 7}
+        return [pk(hit["episode_id"]) for hit in caller.post("/api/v1/search", body).json()["results"]]
+
+    all_hot = ranking()
+    assert all_hot[0] == ids[0]
+    for episode_id in ids[1:4]:
+        pack(episode_id, "cold")  # the other dogs age; the answer and the unrelated stay hot
+    pack(ids[0], "warm")
+    assert ranking()[0] == ids[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_outsiders_packed_episodes_never_enter_the_ranking(caller, outsider):
+    mine = pk(turns(caller, "s1", ["the spaniel learned to sit", "ok"])["episode_ids"][0])
+    theirs = pk(turns(outsider, "s1", ["my sister adopted a greyhound named comet", "ok"])["episode_ids"][0])
+    pack(mine, "warm")
+    pack(theirs, "warm")
+    vector = get_embedder("local").embed_one("greyhound named comet").tolist()
+    found = caller.post("/api/v1/search", {"query": "greyhound comet", "vector": vector}).json()["results"]
+    assert [pk(hit["episode_id"]) for hit in found] == [mine]
