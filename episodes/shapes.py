@@ -12,14 +12,45 @@ layer (the episode has been unpacked). Everything here is pure: the caller reads
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memory_platform.conf import memory_settings
+
 from .models import Episode, Layer
 
-#: Turns a hot episode shows in a prompt line when it is long and the search matched some of them.
-PROMPT_MATCHED_TURNS = 4
-PROMPT_WHOLE_UP_TO = 6
+
+@dataclass(frozen=True)
+class Snippet:
+    """How much of an episode a search hit shows unless asked for all of it: its ``turns`` best
+    matched turns, each with ``neighbours`` turns on either side (a hot episode; a packed one shows
+    its matched turns alone, beside its packed shape)."""
+
+    turns: int
+    neighbours: int
+
+    @classmethod
+    def default(cls) -> Snippet:
+        return cls(
+            turns=int(memory_settings.SNIPPET_TURNS), neighbours=int(memory_settings.SNIPPET_NEIGHBOURS)
+        )
+
+
+def snippet_turns(
+    turns: Sequence[Any], matched: Sequence[tuple[int, float]], snippet: Snippet, *, neighbours: bool = True
+) -> list[Any]:
+    """The turns a snippet shows, in the episode's order: the best matched ones (``matched`` is
+    best first, by internal turn id) and their neighbours; without a match, the first turns."""
+    position = {t.pk: i for i, t in enumerate(turns)}
+    best = [position[pk] for pk, _ in matched if pk in position][: snippet.turns]
+    around = snippet.neighbours if neighbours else 0
+    if not best:
+        return list(turns[: snippet.turns * (2 * around + 1)])
+    shown: set[int] = set()
+    for i in best:
+        shown.update(range(max(0, i - around), min(len(turns), i + around + 1)))
+    return [turns[i] for i in sorted(shown)]
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -114,13 +145,18 @@ def hit(
     score: float,
     turns: Sequence[Any],
     matched: Sequence[tuple[int, float]],
-    deep: bool,
+    snippet: Snippet | None,
     explain: dict[str, Any] | None = None,
     similarity: float | None = None,
 ) -> dict[str, Any]:
-    """A search or activation result: the layer's part, the matched turns of a hot episode, the ids
-    of every turn (so a caller can tell what unpacking would bring back) and its unpack handle.
-    ``matched`` holds internal turn ids; ``turns`` the episode's turns (all of them)."""
+    """A search or activation result: the layer's part and its unpack handle. ``matched`` holds
+    internal turn ids (best first); ``turns`` the episode's turns (all of them, with their text
+    for a hot episode or one shown whole, their ids otherwise).
+
+    With a ``snippet`` (the default) a hot episode shows the turns around its best matches, with
+    its turn count and an ``expand`` handle that reads it whole; a warm or cold one its packed shape
+    and, when search found it through them, its matched turns. Without one (``depth=deep``) every
+    turn shows, with every turn's id (so a caller can tell what unpacking would bring back)."""
     body: dict[str, Any] = {
         "episode_id": episode.public_id,
         "layer": episode.layer,
@@ -134,31 +170,52 @@ def hit(
         "last_occurred_at": _iso(episode.last_occurred_at),
         "entities": episode.entities,
         "decisions": episode.decisions,
+        "turn_count": episode.turn_count,
         "unpack": f"/api/v1/memories/{episode.public_id}/unpack",
-        "turn_ids": [t.public_id for t in turns],
     }
+    deep = snippet is None
     body.update(layer_body(episode, turns, deep=deep))
+    if snippet is not None:
+        if episode.layer == Layer.HOT:
+            shown = snippet_turns(turns, matched, snippet)
+            body["turns"] = [turn_body(t) for t in shown]
+            body["snippet"] = len(shown) < len(turns)
+            body["expand"] = f"/api/v1/memories/{episode.public_id}"
+        else:
+            texts = [
+                t for t in snippet_turns(turns, matched, snippet, neighbours=False) if t.text and matched
+            ]
+            if texts:
+                body["turns"] = [turn_body(t) for t in texts]
+            body["snippet"] = bool(texts)
+    else:
+        body["turn_ids"] = [t.public_id for t in turns]
+    best = matched if snippet is None else matched[: snippet.turns]
+    if episode.layer == Layer.HOT or (snippet is not None and best):
+        ids = {t.pk: t.public_id for t in turns}
+        body["matched_turn_ids"] = [ids[t] for t, _ in best if t in ids]
     if similarity is not None:
         body["similarity"] = round(similarity, 6)
-    if episode.layer == Layer.HOT:
-        shown = {t.pk: t.public_id for t in turns}
-        body["matched_turn_ids"] = [shown[t] for t, _ in matched if t in shown]
     if explain:
         body["explain"] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in explain.items()}
     return body
 
 
-def prompt_line(episode: Episode, turns: Sequence[Any], matched: Sequence[tuple[int, float]] = ()) -> str:
-    """One line of a prompt: the date, then the layer's text (a long hot episode: its best
-    matched turns only)."""
+def prompt_line(
+    episode: Episode,
+    turns: Sequence[Any],
+    matched: Sequence[tuple[int, float]] = (),
+    snippet: Snippet | None = None,
+) -> str:
+    """One line of a prompt: the date, then the layer's text (a hot episode the search matched: the
+    snippet around its best matched turns, when one is given)."""
     when = episode.last_occurred_at.date().isoformat()
     if episode.layer == Layer.WARM:
         points = "; ".join(episode.key_points) or episode.summary
         return f"[{when}] {episode.title}: {points}"
     if episode.layer == Layer.COLD:
         return f"[{when}] {episode.headline or episode.title}"
-    if matched and len(turns) > PROMPT_WHOLE_UP_TO:
-        wanted = {t for t, _ in matched[:PROMPT_MATCHED_TURNS]}
-        turns = [t for t in turns if t.pk in wanted]
+    if matched and snippet is not None:
+        turns = snippet_turns(turns, matched, snippet)
     body = " ".join(f"{t.role}: {t.text}" for t in turns)
     return f"[{when}] {body}"

@@ -43,6 +43,10 @@ DEFAULTS: dict[str, Any] = {
     "SEARCH_FEEDBACK_DOCS": 3,
     "SEARCH_FEEDBACK_WEIGHT": 0.5,
     "ACTIVATION_LIMIT": 3,
+    # a search hit shows its best matched turns with this many neighbours on each side (a snippet;
+    # `depth=deep` shows whole episodes)
+    "SNIPPET_TURNS": 2,
+    "SNIPPET_NEIGHBOURS": 1,
     # the API's searches queue their usage counts; a background thread writes them this often
     "USAGE_FLUSH_SECONDS": 0.5,
     # hot index

@@ -88,11 +88,12 @@ def context(
         add("anchors", episode, shapes.prompt_line(episode, turns.get(episode.pk, [])), {})
     for episode in session_eps:
         add("session", episode, shapes.prompt_line(episode, turns.get(episode.pk, [])), {})
+    snippet = shapes.Snippet.default()  # a relevant memory: the turns around its best matches
     for hit in relevant:
         add(
             "relevant",
             hit.episode,
-            shapes.prompt_line(hit.episode, turns.get(hit.episode.pk, []), hit.matched),
+            shapes.prompt_line(hit.episode, turns.get(hit.episode.pk, []), hit.matched, snippet),
             {"score": round(hit.score, 6)},
         )
     for episode in linked:

@@ -77,9 +77,12 @@ class Match(Protocol):
     """One entry of a tier's list: a turn of an episode, or (``turn_id`` None) an episode by its
     own shape or centroid (``episodes.stores.hot_replies.HotHit``, ``archive.ArchiveHit``)."""
 
-    episode_id: int
-    turn_id: int | None
-    score: float
+    @property
+    def episode_id(self) -> int: ...
+    @property
+    def turn_id(self) -> int | None: ...
+    @property
+    def score(self) -> float: ...
 
 
 def by_score(*lists: Sequence[Match]) -> list[Match]:

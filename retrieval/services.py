@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+from django.db import connection
 
 from episodes import shapes
 from episodes.models import Episode, Layer, State
@@ -28,6 +29,7 @@ from episodes.stores.rows import turns_for
 from lifecycle import scoring
 from lifecycle.selectors import SearchSettings, search_settings
 from lifecycle.services import feedback_review
+from memory_platform import db
 from memory_platform.embeddings import EmbeddingError, get_embedder
 from memory_platform.tenancy.models import Tenant
 
@@ -173,10 +175,9 @@ def search(
     for pk, score, parts in order:
         if pk not in episodes:  # forgotten since it was ranked
             continue
-        episode = episodes[pk]
-        # A hot hit shows its matched turns; a packed one its shape (what matched is in ``explain``).
-        matched = hot_turns.get(pk, []) if episode.layer == Layer.HOT else []
-        hit = Hit(episode=episode, relevance=episode_relevance[pk], score=score, matched=matched)
+        hit = Hit(
+            episode=episodes[pk], relevance=episode_relevance[pk], score=score, matched=hot_turns.get(pk, [])
+        )
         if query.explain:
             hit.explain = {**explain.get(pk, {}), **parts, "score": score}
         hits.append(hit)
@@ -258,60 +259,84 @@ class _Tiers:
             self.packed_share = 1.0
 
     def fuse(self, vector: np.ndarray | None, text: str | None) -> Fusion:
+        tenant_hex, tenant_id = self.tenant.id.hex, str(self.tenant.id)
         words = text or ""
-        hot_text, archive_text = self._both(
-            lambda: hot_store().text_search(self.tenant.id.hex, text=words, scope=self.scope, k=self.k),
-            lambda: [
-                hit
-                for scope in self.archive_scopes
-                for hit in archive.text_search(
-                    str(self.tenant.id), text=words, scope=scope, k=self.k, raw_turns=self.raw_turns
-                )
-            ],
-            run=text is not None,
+        # At once: BM25 in Redis and the packed turns' vector candidates for the query as it came
+        # (each on a worker thread, the latter on its own connection, outside a transaction),
+        # full text in Postgres here.
+        hot_text = (
+            self._start(lambda: hot_store().text_search(tenant_hex, text=words, scope=self.scope, k=self.k))
+            if self.hot and text is not None
+            else None
         )
-        text_list = interleaved([(hot_text, 1.0 - self.packed_share), (archive_text, self.packed_share)])
+        apart = vector is not None and bool(self.archive_scopes) and not connection.in_atomic_block
+        pending = _hot_pool.submit(db.in_worker, self._candidates, vector) if apart else None
+        archive_text = [
+            hit
+            for scope in (self.archive_scopes if text is not None else [])
+            for hit in archive.text_search(
+                tenant_id, text=words, scope=scope, k=self.k, raw_turns=self.raw_turns
+            )
+        ]
+        if pending is not None:
+            candidates = pending.result()
+        else:
+            candidates = self._candidates(vector) if vector is not None and self.archive_scopes else []
+        text_list = interleaved(
+            [(hot_text() if hot_text else [], 1.0 - self.packed_share), (archive_text, self.packed_share)]
+        )
         vector_list: list[Match] = []
         if vector is not None:
-            vector = self._moved(vector, text_list)
-            hot_vector, archive_vector = self._both(
-                lambda: hot_store().vector_search(
-                    self.tenant.id.hex, vector=vector, scope=self.scope, k=self.k
-                ),
-                lambda: [
-                    hit
-                    for scope in self.archive_scopes
-                    for hit in archive.vector_search(
-                        str(self.tenant.id), vector=vector, scope=scope, k=self.k, raw_turns=self.raw_turns
-                    )
-                ],
-                run=True,
+            # The query moved towards the best full-text matches of either tier; Redis is asked
+            # for the nearest hot turns to it, the packed candidates are ranked for it here.
+            moved = self._moved(vector, text_list, candidates)
+            hot_vector = (
+                self._start(
+                    lambda: hot_store().vector_search(tenant_hex, vector=moved, scope=self.scope, k=self.k)
+                )
+                if self.hot
+                else None
             )
-            vector_list = by_score(hot_vector, archive_vector)
+            archive_vector = archive.rescored(candidates, moved, self.k)
+            vector_list = by_score(hot_vector() if hot_vector else [], archive_vector)
         return fuse(vector_list, text_list, self.weights)
 
-    def _both(
-        self, hot_call: Callable[[], list[Any]], archive_call: Callable[[], list[Any]], *, run: bool
-    ) -> tuple[list[Any], list[Any]]:
-        if not run:
-            return [], []
-        future = _hot_pool.submit(hot_call) if self.hot else None
-        archived = archive_call() if self.archive_scopes else []
-        return (future.result() if future is not None else []), archived
+    def _start(self, call: Callable[[], list[Any]]) -> Callable[[], list[Any]]:
+        """``call`` on a worker thread while Postgres is asked here; at once when there is no
+        warm/cold tier to ask (a hand-over costs more than it saves)."""
+        if not self.archive_scopes:
+            done = call()
+            return lambda: done
+        return _hot_pool.submit(call).result
 
-    def _moved(self, vector: np.ndarray, text_list: list[Match]) -> np.ndarray:
+    def _candidates(self, vector: np.ndarray) -> list[archive.ArchiveHit]:
+        return [
+            hit
+            for scope in self.archive_scopes
+            for hit in archive.vector_candidates(
+                str(self.tenant.id), vector=vector, scope=scope, k=self.k, raw_turns=self.raw_turns
+            )
+        ]
+
+    def _moved(
+        self, vector: np.ndarray, text_list: list[Match], candidates: list[archive.ArchiveHit]
+    ) -> np.ndarray:
         feedback = self.weights.feedback
         best = text_list[: feedback.docs]
         if not best:
             return vector
         hot_docs = [m.doc_id for m in best if isinstance(m, HotHit)]
-        packed = [m for m in best if not isinstance(m, HotHit)]
         found = hot_store().doc_vectors(hot_docs) if hot_docs else []
-        if packed:
+        # A packed match's vector: from the candidates when it is one, else read.
+        known = {(c.episode_id, c.turn_id): c.vector for c in candidates if c.vector is not None}
+        packed = [m for m in best if not isinstance(m, HotHit)]
+        found += [known[(m.episode_id, m.turn_id)] for m in packed if (m.episode_id, m.turn_id) in known]
+        unknown = [m for m in packed if (m.episode_id, m.turn_id) not in known]
+        if unknown:
             found += archive.vectors_of(
                 str(self.tenant.id),
-                [m.turn_id for m in packed if m.turn_id is not None],
-                [m.episode_id for m in packed if m.turn_id is None],
+                [m.turn_id for m in unknown if m.turn_id is not None],
+                [m.episode_id for m in unknown if m.turn_id is None],
             )
         return moved_towards(vector, found, feedback.weight)
 
@@ -334,9 +359,10 @@ def search_shaped(
     now: datetime,
     may_unpack: bool = True,
     found: Callable[[list[int]], object] | None = None,
+    snippet: shapes.Snippet | None = None,
 ) -> dict[str, Any]:
-    """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``). ``depth=deep``
-    shows every hit whole and, when ``may_unpack`` (a key with the write scope), unpacks the warm
+    """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``), in a ``snippet``
+    (by default the platform's) unless ``depth=deep``, which shows every hit whole and, when ``may_unpack`` (a key with the write scope), unpacks the warm
     and cold hits (back to hot); without it they are read whole where they are. ``found`` is told
     the hits' internal ids (to record their uses)."""
     result = search(tenant=tenant, query=query, now=now)
@@ -348,7 +374,7 @@ def search_shaped(
             if hit.episode.layer != Layer.HOT:
                 unpack(tenant=tenant, episode_id=hit.episode.pk, now=now, record=False)
     return {
-        "results": hit_bodies(tenant, result.hits, deep=deep),
+        "results": hit_bodies(tenant, result.hits, deep=deep, snippet=snippet),
         "degraded": result.degraded,
         "degraded_reason": result.reason or None,
         "stale": result.stale,
@@ -356,18 +382,28 @@ def search_shaped(
     }
 
 
-def hit_bodies(tenant: Tenant, hits: list[Hit], *, deep: bool) -> list[dict[str, Any]]:
-    """The hits as ``POST /search`` shows them (``episodes.shapes.hit``), their turns read at once."""
+def hit_bodies(
+    tenant: Tenant, hits: list[Hit], *, deep: bool, snippet: shapes.Snippet | None = None
+) -> list[dict[str, Any]]:
+    """The hits as ``POST /search`` shows them (``episodes.shapes.hit``), their turns read at once:
+    whole with ``deep``, else in snippets (``snippet``, by default the platform's)."""
     ids = [h.episode.pk for h in hits]
+    shown = None if deep else (snippet or shapes.Snippet.default())
     full = {h.episode.pk for h in hits if shapes.shows_turns(h.episode, deep=deep)}
-    turns = turns_for(tenant, ids, full=full)
+    # A packed hit's snippet shows its best matched turns' text.
+    texts = (
+        []
+        if shown is None
+        else [t for h in hits if h.episode.pk not in full for t, _ in h.matched[: shown.turns]]
+    )
+    turns = turns_for(tenant, ids, full=full, texts=texts)
     return [
         shapes.hit(
             h.episode,
             score=h.score,
             turns=turns.get(h.episode.pk, []),
             matched=h.matched,
-            deep=deep,
+            snippet=shown,
             explain=h.explain,
             similarity=h.similarity,
         )

@@ -6,7 +6,8 @@ statement built here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -29,6 +30,9 @@ PACKED_COUNT_TTL = 60.0
 # and on the exact plan (a small tenant, whose matches are few).
 TEXT_CANDIDATES = 300
 TEXT_CANDIDATES_EXACT = 1000
+# Vector candidates per wanted hit, read with their vectors and ranked for the moved query vector
+# (``vector_candidates``).
+RESCORED = 2
 
 _packed_count_cache: dict[str, tuple[float, Any]] = {}
 
@@ -91,6 +95,8 @@ class ArchiveHit:
     episode_id: int
     turn_id: int | None
     score: float
+    #: What it is compared by (``vector_candidates``).
+    vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 def _plan(tenant_id: str, scope: Scope, raw_turns: bool) -> tuple[bool, bool, str, list[Any]]:
@@ -111,43 +117,63 @@ def _plan(tenant_id: str, scope: Scope, raw_turns: bool) -> tuple[bool, bool, st
     return exact, shapes, f"e.tenant_id = %s AND {where}", [tenant_id, *params]
 
 
-def vector_search(
+def vector_candidates(
     tenant_id: str, *, vector: np.ndarray, scope: Scope, k: int, raw_turns: bool = True
 ) -> list[ArchiveHit]:
-    """The packed turns (and, where searched, episode centroids) nearest ``vector``, best first,
-    by cosine similarity. A packed turn is compared as a hot turn document is: its own embedding
-    plus the embedding of its window (``episodes.indexing.turn_documents``), so a turn scores the
-    same in either tier and the two tiers' lists merge by score."""
+    """The packed turns (and, where searched, episode centroids) nearest ``vector``: ``RESCORED``
+    times ``k`` of them, each with the vector it is compared by, so that ``rescored`` can rank them
+    for another query vector without another statement (search moves its query vector once the
+    full-text matches are in, while this statement is already under way).
+
+    A packed turn is compared as a hot turn document is: its own embedding plus the embedding of
+    its window (``episodes.indexing.turn_documents``), so a turn scores the same in either tier and
+    the two tiers' lists merge by score. The exact plan orders by that; the approximate one walks
+    the HNSW graph of own embeddings."""
     exact, shapes, where, params = _plan(tenant_id, scope, raw_turns)
     literal = db.Vector(vector)
     parts: list[str] = []
     args: list[Any] = []
     if raw_turns:
         # The turns of packed episodes keep their own embeddings (the raw log is never packed).
-        # "+ 0" keeps the planner off the HNSW index where the ranking must be exact; the
-        # approximate plan walks the HNSW graph of own embeddings for twice the candidates, then
-        # compares each as a hot document.
         blended = "coalesce(t.embedding + t.context_embedding, t.embedding)"
         order = f"({blended} <=> %s::vector)" if exact else "(t.embedding <=> %s::vector)"
         parts.append(
-            f"(SELECT s.episode_id, s.id, s.sim FROM (SELECT t.episode_id, t.id, "
-            f"1 - ({blended} <=> %s::vector) AS sim FROM {TURNS} t JOIN {EPISODES} e ON e.id = t.episode_id "
+            f"(SELECT t.episode_id, t.id, {blended} FROM {TURNS} t JOIN {EPISODES} e ON e.id = t.episode_id "
             f"WHERE t.packed AND t.embedding IS NOT NULL AND t.tenant_id = %s AND {where} "
-            f"ORDER BY {order} LIMIT %s) s ORDER BY s.sim DESC LIMIT %s)"
+            f"ORDER BY {order} LIMIT %s)"
         )
-        args.extend([literal, tenant_id, *params, literal, k if exact else 2 * k, k])
+        args.extend([tenant_id, *params, literal, RESCORED * k])
     if shapes:
+        # "+ 0" keeps the planner off the HNSW index where the ranking must be exact.
         distance = "+ 0" if exact else ""
         parts.append(
-            f"(SELECT e.id, NULL::bigint, 1 - (e.embedding <=> %s::vector) FROM {EPISODES} e "
+            f"(SELECT e.id, NULL::bigint, e.embedding FROM {EPISODES} e "
             f"WHERE {where} AND e.embedding IS NOT NULL ORDER BY (e.embedding <=> %s::vector) {distance} "
             f"LIMIT %s)"
         )
-        args.extend([literal, *params, literal, k])
+        args.extend([*params, literal, k])
     rows = db.fetch(" UNION ALL ".join(parts), args) if parts else []
-    hits = [ArchiveHit(int(e), int(t) if t is not None else None, float(s)) for e, t, s in rows]
-    hits.sort(key=lambda h: -h.score)
-    return hits
+    return [ArchiveHit(int(e), int(t) if t is not None else None, 0.0, db.vector_of(v)) for e, t, v in rows]
+
+
+def rescored(candidates: list[ArchiveHit], vector: np.ndarray, k: int) -> list[ArchiveHit]:
+    """The ``k`` candidates most similar to ``vector``, best first, scored by cosine similarity."""
+    if not candidates:
+        return []
+    stacked = np.stack([c.vector for c in candidates if c.vector is not None])
+    query = np.asarray(vector, dtype=np.float32)
+    sims = stacked @ query / (np.linalg.norm(stacked, axis=1) * np.linalg.norm(query) + 1e-12)
+    order = np.argsort(-sims)[:k]
+    return [dataclasses.replace(candidates[i], score=float(sims[i])) for i in order]
+
+
+def vector_search(
+    tenant_id: str, *, vector: np.ndarray, scope: Scope, k: int, raw_turns: bool = True
+) -> list[ArchiveHit]:
+    """The packed turns (and centroids) nearest ``vector``, best first, by cosine similarity."""
+    return rescored(
+        vector_candidates(tenant_id, vector=vector, scope=scope, k=k, raw_turns=raw_turns), vector, k
+    )
 
 
 def text_search(

@@ -84,17 +84,21 @@ def rank_rows(tenant: Tenant, episode_ids: Sequence[int]) -> list[RankRow]:
     return [RankRow(*row) for row in rows]
 
 
-def turns_for(tenant: Tenant, episode_ids: Sequence[int], *, full: set[int]) -> dict[int, list[TurnRow]]:
+def turns_for(
+    tenant: Tenant, episode_ids: Sequence[int], *, full: set[int], texts: Sequence[int] = ()
+) -> dict[int, list[TurnRow]]:
     """The tenant's turns of these episodes, in order, in one statement: every shown field for
-    ``full`` episodes, ids only for the others (their text stays in the database)."""
+    ``full`` episodes and for the turns in ``texts``, ids only for the others (their text stays in
+    the database)."""
     out: dict[int, list[TurnRow]] = {e: [] for e in episode_ids}
     if not episode_ids:
         return out
     rows = db.fetch(
         "SELECT id, episode_id, seq, public_id, s.shown, role, CASE WHEN s.shown THEN text END, occurred_at, "
-        f"CASE WHEN s.shown THEN metadata END FROM {TURNS}, LATERAL (SELECT episode_id = ANY(%s) AS shown) s "
+        f"CASE WHEN s.shown THEN metadata END FROM {TURNS}, "
+        "LATERAL (SELECT episode_id = ANY(%s) OR id = ANY(%s) AS shown) s "
         "WHERE tenant_id = %s AND episode_id = ANY(%s) ORDER BY episode_id, seq, id",
-        [list(full), tenant.pk, list(episode_ids)],
+        [list(full), list(texts), tenant.pk, list(episode_ids)],
     )
     for pk, episode_id, seq, public_id, shown, role, text, occurred_at, metadata in rows:
         turn = (

@@ -38,7 +38,22 @@ class SearchInSerializer(StrictSerializer, ScopeFilters):
         allow_empty=False,
     )
     limit = serializers.IntegerField(required=False, min_value=1, max_value=100, default=10)
-    depth = serializers.ChoiceField(choices=["shallow", "deep"], required=False, default="shallow")
+    depth = serializers.ChoiceField(
+        choices=["shallow", "deep"],
+        required=False,
+        default="shallow",
+        help_text="shallow: each hot hit in a snippet (its best matched turns with their neighbours), each "
+        "packed one in its packed shape with its matched turns; deep: every hit whole",
+    )
+    snippet_turns = serializers.IntegerField(
+        required=False, min_value=1, max_value=20, help_text="matched turns a snippet shows (default 2)"
+    )
+    snippet_neighbours = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=10,
+        help_text="turns a snippet shows on either side of each matched turn (default 1)",
+    )
     include_dormant = serializers.BooleanField(
         required=False,
         default=True,

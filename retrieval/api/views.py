@@ -15,6 +15,7 @@ from episodes import services as episode_services
 from episodes.api.serializers import filter_scope
 from episodes.api.views import named, named_all, not_found
 from episodes.services import EpisodeNotFound
+from episodes.shapes import Snippet
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict
 from memory_platform.tenancy.models import Tenant
@@ -96,6 +97,7 @@ class SearchView(TenantAPIView):
             min_score=d.get("min_score"),
         )
         check_min_score(self.tenant, query.min_score, query.vector)
+        default = Snippet.default()
         now = timezone.now()
         # The accesses are queued and written in the background, many searches per statement.
         body = services.search_shaped(
@@ -104,6 +106,10 @@ class SearchView(TenantAPIView):
             now=now,
             may_unpack=self.api_key.has_scope("write"),
             found=lambda ids: usage.recorder.add(self.tenant.id, ids, now),
+            snippet=Snippet(
+                turns=d.get("snippet_turns", default.turns),
+                neighbours=d.get("snippet_neighbours", default.neighbours),
+            ),
         )
         return Response(body)
 

@@ -125,7 +125,8 @@ def evaluate_conversation(
     ):
         episode_turns[episode_id].add(turn_id)
         layer_of_turn[turn_id] = layer
-    answers: list[list[dict[str, Any]]] = []
+    public_id = dict(Turn.objects.filter(tenant=tenant).values_list("pk", "public_id"))
+    answers: list[tuple[list[dict[str, Any]], set[str]]] = []
     for question in conversation.questions:
         evidence = {
             dia_to_turn[d] for d in normalise_evidence(question.get("evidence", [])) if d in dia_to_turn
@@ -148,9 +149,11 @@ def evaluate_conversation(
             score_ranking(items, evidence),
             score_episodes([episode_turns[h.episode.pk] for h in result.hits], evidence),
         )
-        answers.append(hit_bodies(tenant, result.hits[:10], deep=False))
+        answers.append((hit_bodies(tenant, result.hits[:10], deep=False), {public_id[t] for t in evidence}))
     # Counted after the searches: the tokenizer's threads would take the cores from the next one.
-    report.tokens_at_10.extend(count_tokens(results) for results in answers)
+    for results, wanted in answers:
+        report.tokens_at_10.append(count_tokens(results))
+        report.shown_at_10.append(any(t["id"] in wanted for hit in results for t in hit.get("turns", [])))
 
 
 def run(

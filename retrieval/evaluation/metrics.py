@@ -113,6 +113,8 @@ class Report:
     per_layer: dict[str, Means] = field(default_factory=lambda: defaultdict(lambda: Means(TURN_METRICS)))
     latencies_ms: list[float] = field(default_factory=list)
     tokens_at_10: list[int] = field(default_factory=list)
+    #: Per question: whether the text of an evidence turn is among what the first 10 results show.
+    shown_at_10: list[bool] = field(default_factory=list)
     skipped: int = 0
     conversations: int = 0
     turn_count: int = 0
@@ -151,6 +153,7 @@ class Report:
                 "p95": int(np.percentile(tokens, 95)),
                 "tokenizer": TOKENIZER,
             },
+            "evidence_shown_at_10": round(float(np.mean(self.shown_at_10)), 3) if self.shown_at_10 else 0.0,
         }
 
 
@@ -186,7 +189,8 @@ def format_report(result: dict[str, Any], title: str) -> str:
     lines.append(
         f"search latency p50 {result['latency_ms']['p50']} ms, p95 {result['latency_ms']['p95']} ms; "
         f"tokens returned at limit 10: median {tokens['median']}, p95 {tokens['p95']} "
-        f"({tokens['tokenizer']}, on the results' JSON)"
+        f"({tokens['tokenizer']}, on the results' JSON); an evidence turn's text among them: "
+        f"{result['evidence_shown_at_10']:.3f} of questions"
     )
     return "\n".join(lines)
 

@@ -90,17 +90,21 @@ def ids(body):
     return [r["episode_id"] for r in body["results"]]
 
 
-def test_hot_hits_carry_full_turns_and_matched_turns(caller, corpus):
+def test_hot_hits_carry_their_matched_turns_and_deep_ones_every_turn(caller, corpus):
     body = search(caller, "which hotel near the river in Lisbon", explain=True)
     top = body["results"][0]
     assert top["episode_id"] == corpus["trip"]
     assert top["layer"] == "hot" and body["degraded"] is False
-    assert top["turn_ids"] == corpus["trip_turns"]
-    assert [t["id"] for t in top["turns"]] == corpus["trip_turns"]
     assert top["matched_turn_ids"][0] in corpus["trip_turns"]
+    assert top["matched_turn_ids"][0] in [t["id"] for t in top["turns"]]
+    assert top["turn_count"] == 3 and top["expand"] == f"/api/v1/memories/{corpus['trip']}"
+    assert "turn_ids" not in top
     assert {"vector_rank", "text_rank", "rrf", "recency", "frequency", "anchor", "relevance"} <= set(
         top["explain"]
     )
+    deep = search(caller, "which hotel near the river in Lisbon", depth="deep")["results"][0]
+    assert deep["turn_ids"] == corpus["trip_turns"] and "snippet" not in deep
+    assert [t["id"] for t in deep["turns"]] == corpus["trip_turns"]
 
 
 def test_every_filter(caller, corpus):
@@ -159,8 +163,12 @@ def test_warm_and_cold_hits_are_shaped_by_layer(caller, corpus):
     pack(corpus["trip"], "warm")
     pack(corpus["cooking"], "cold")
     warm = search(caller, "Lisbon conference flight", layers=["warm"])["results"][0]
-    assert warm["layer"] == "warm" and warm["partial"] is True and "summary" in warm and "turns" not in warm
-    assert warm["turn_ids"] == corpus["trip_turns"]
+    assert warm["layer"] == "warm" and warm["partial"] is True and "summary" in warm
+    # Found through a packed turn: that turn shows beside the packed shape, alone.
+    assert warm["snippet"] is True and {t["id"] for t in warm["turns"]} == set(warm["matched_turn_ids"])
+    assert "I booked a flight to Lisbon for the conference" in [t["text"] for t in warm["turns"]]
+    deep = search(caller, "Lisbon conference flight", layers=["warm"], depth="deep")["results"][0]
+    assert deep["turn_ids"] == corpus["trip_turns"]
     cold = search(caller, "sourdough starter", layers=["cold"])["results"][0]
     assert (
         cold["layer"] == "cold"
