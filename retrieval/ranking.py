@@ -85,12 +85,6 @@ class Match(Protocol):
     def score(self) -> float: ...
 
 
-def by_score(*lists: Sequence[Match]) -> list[Match]:
-    """Vector lists of several tiers as one, best first: every tier compares the same query vector
-    to the same kind of vector (a turn with its window), so the similarities are one scale."""
-    return sorted((m for found in lists for m in found), key=lambda m: -m.score)
-
-
 MIN_SHARE = 0.01
 
 

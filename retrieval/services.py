@@ -39,7 +39,6 @@ from .ranking import (
     Fusion,
     Match,
     RetrievalWeights,
-    by_score,
     fuse,
     interleaved,
     rank_candidates,
@@ -259,16 +258,12 @@ class _Tiers:
             self.packed_share = 1.0
 
     def fuse(self, vector: np.ndarray | None, text: str | None) -> Fusion:
-        tenant_hex, tenant_id = self.tenant.id.hex, str(self.tenant.id)
+        tenant_id = str(self.tenant.id)
         words = text or ""
-        # At once: BM25 in Redis and the packed turns' vector candidates for the query as it came
-        # (each on a worker thread, the latter on its own connection, outside a transaction),
-        # full text in Postgres here.
-        hot_text = (
-            self._start(lambda: hot_store().text_search(tenant_hex, text=words, scope=self.scope, k=self.k))
-            if self.hot and text is not None
-            else None
-        )
+        # At once: the hot tier's search in a worker thread (BM25, then KNN with the query moved
+        # towards its best matches), the packed turns' vector candidates for the query as it came
+        # on another (on its own connection, outside a transaction), and full text in Postgres here.
+        hot = _hot_pool.submit(self._hot, vector, text) if self.hot and self.archive_scopes else None
         apart = vector is not None and bool(self.archive_scopes) and not connection.in_atomic_block
         pending = _hot_pool.submit(db.in_worker, self._candidates, vector) if apart else None
         archive_text = [
@@ -282,32 +277,40 @@ class _Tiers:
             candidates = pending.result()
         else:
             candidates = self._candidates(vector) if vector is not None and self.archive_scopes else []
-        text_list = interleaved(
-            [(hot_text() if hot_text else [], 1.0 - self.packed_share), (archive_text, self.packed_share)]
-        )
-        vector_list: list[Match] = []
-        if vector is not None:
-            # The query moved towards the best full-text matches of either tier; Redis is asked
-            # for the nearest hot turns to it, the packed candidates are ranked for it here.
-            moved = self._moved(vector, text_list, candidates)
-            hot_vector = (
-                self._start(
-                    lambda: hot_store().vector_search(tenant_hex, vector=moved, scope=self.scope, k=self.k)
-                )
-                if self.hot
-                else None
-            )
-            archive_vector = archive.rescored(candidates, moved, self.k)
-            vector_list = by_score(hot_vector() if hot_vector else [], archive_vector)
-        return fuse(vector_list, text_list, self.weights)
-
-    def _start(self, call: Callable[[], list[Any]]) -> Callable[[], list[Any]]:
-        """``call`` on a worker thread while Postgres is asked here; at once when there is no
-        warm/cold tier to ask (a hand-over costs more than it saves)."""
+        if hot is not None:
+            hot_text, hot_vector, hot_found = hot.result()
+        elif self.hot:
+            hot_text, hot_vector, hot_found = self._hot(vector, text)  # no other tier: no hand-over
+        else:
+            hot_text, hot_vector, hot_found = [], [], {}
+        text_list = interleaved([(hot_text, 1.0 - self.packed_share), (archive_text, self.packed_share)])
+        if vector is None:
+            return fuse([], text_list, self.weights)
         if not self.archive_scopes:
-            done = call()
-            return lambda: done
-        return _hot_pool.submit(call).result
+            return fuse(hot_vector, text_list, self.weights)
+        # Both tiers compared with one vector: the query moved towards the best full-text matches
+        # of either tier. The hot KNN found its turns with the query moved by its own matches; they
+        # and the packed candidates are ranked again here, by their vectors.
+        moved = self._moved(vector, text_list, hot_found, candidates)
+        ranked = archive.rescored([*hot_vector, *candidates], moved, 2 * self.k)
+        return fuse(ranked, text_list, self.weights)
+
+    def _hot(
+        self, vector: np.ndarray | None, text: str | None
+    ) -> tuple[list[HotHit], list[Any], dict[str, np.ndarray]]:
+        """The hot tier's (text hits, vector hits, the best text hits' vectors)."""
+        store, tenant_hex, feedback = hot_store(), self.tenant.id.hex, self.weights.feedback
+        text_hits = (
+            store.text_search(tenant_hex, text=text, scope=self.scope, k=self.k) if text is not None else []
+        )
+        if vector is None:
+            return text_hits, [], {}
+        found = store.doc_vectors([h.doc_id for h in text_hits[: feedback.docs]]) if feedback.docs else {}
+        moved = moved_towards(vector, list(found.values()), feedback.weight) if found else vector
+        vector_hits = store.vector_search(
+            tenant_hex, vector=moved, scope=self.scope, k=self.k, with_vectors=bool(self.archive_scopes)
+        )
+        return text_hits, vector_hits, found
 
     def _candidates(self, vector: np.ndarray) -> list[archive.ArchiveHit]:
         return [
@@ -319,14 +322,20 @@ class _Tiers:
         ]
 
     def _moved(
-        self, vector: np.ndarray, text_list: list[Match], candidates: list[archive.ArchiveHit]
+        self,
+        vector: np.ndarray,
+        text_list: list[Match],
+        hot_found: dict[str, np.ndarray],
+        candidates: list[archive.ArchiveHit],
     ) -> np.ndarray:
         feedback = self.weights.feedback
         best = text_list[: feedback.docs]
         if not best:
             return vector
         hot_docs = [m.doc_id for m in best if isinstance(m, HotHit)]
-        found = hot_store().doc_vectors(hot_docs) if hot_docs else []
+        missing = [doc for doc in hot_docs if doc not in hot_found]
+        found = [hot_found[doc] for doc in hot_docs if doc in hot_found]
+        found += list(hot_store().doc_vectors(missing).values()) if missing else []
         # A packed match's vector: from the candidates when it is one, else read.
         known = {(c.episode_id, c.turn_id): c.vector for c in candidates if c.vector is not None}
         packed = [m for m in best if not isinstance(m, HotHit)]

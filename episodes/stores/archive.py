@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from django.db import connection
@@ -156,11 +156,16 @@ def vector_candidates(
     return [ArchiveHit(int(e), int(t) if t is not None else None, 0.0, db.vector_of(v)) for e, t, v in rows]
 
 
-def rescored(candidates: list[ArchiveHit], vector: np.ndarray, k: int) -> list[ArchiveHit]:
-    """The ``k`` candidates most similar to ``vector``, best first, scored by cosine similarity."""
+Scored = TypeVar("Scored", bound=Any)
+
+
+def rescored(candidates: list[Scored], vector: np.ndarray, k: int) -> list[Scored]:
+    """The ``k`` candidates (each with its ``vector``: an ``ArchiveHit`` or a hot hit) most similar
+    to ``vector``, best first, scored by cosine similarity."""
+    candidates = [c for c in candidates if c.vector is not None]
     if not candidates:
         return []
-    stacked = np.stack([c.vector for c in candidates if c.vector is not None])
+    stacked = np.stack([c.vector for c in candidates])
     query = np.asarray(vector, dtype=np.float32)
     sims = stacked @ query / (np.linalg.norm(stacked, axis=1) * np.linalg.norm(query) + 1e-12)
     order = np.argsort(-sims)[:k]

@@ -96,11 +96,13 @@ def moved_towards(vector: np.ndarray, found: list[np.ndarray], weight: float) ->
     return _unit(query + weight * np.mean([_unit(np.asarray(v, dtype=np.float32)) for v in found], axis=0))
 
 
-def _vector_query(vector: np.ndarray, expr: FilterExpression, k: int, policy: str) -> VectorQuery:
+def _vector_query(
+    vector: np.ndarray, expr: FilterExpression, k: int, policy: str, return_fields: list[str] = _RETURN_FIELDS
+) -> VectorQuery:
     return VectorQuery(
         vector=np.asarray(vector, dtype=np.float32).tobytes(),
         vector_field_name="embedding",
-        return_fields=_RETURN_FIELDS,
+        return_fields=return_fields,
         filter_expression=expr,
         num_results=k,
         dtype="float32",
@@ -346,7 +348,7 @@ class HotStore:
         text_hits = self.text_search(tenant_hex, text=text, scope=scope, k=k, doctype=doctype) if text else []
         if vector is not None and feedback is not None and feedback.docs > 0 and text_hits:
             found = self.doc_vectors([h.doc_id for h in text_hits[: feedback.docs]])
-            vector = moved_towards(vector, found, feedback.weight)
+            vector = moved_towards(vector, list(found.values()), feedback.weight)
         vector_hits = (
             self.vector_search(tenant_hex, vector=vector, scope=scope, k=k, doctype=doctype)
             if vector is not None
@@ -380,11 +382,22 @@ class HotStore:
         return hot_replies.hits(self._run(index, query)[0], distance=False)
 
     def vector_search(
-        self, tenant_hex: str, *, vector: np.ndarray, scope: Scope, k: int, doctype: str = keys.DOC_TURN
+        self,
+        tenant_hex: str,
+        *,
+        vector: np.ndarray,
+        scope: Scope,
+        k: int,
+        doctype: str = keys.DOC_TURN,
+        with_vectors: bool = False,
     ) -> list[HotHit]:
-        """KNN over the tenant's hot documents, best first, by cosine similarity."""
+        """KNN over the tenant's hot documents, best first, by cosine similarity (``with_vectors``:
+        each with its vector, to be compared with another query vector)."""
         index = self.ensure_index(tenant_hex)
-        query = _vector_query(vector, self._filter(tenant_hex, doctype, scope), k, _hybrid_policy(scope))
+        fields = [*_RETURN_FIELDS, "embedding"] if with_vectors else _RETURN_FIELDS
+        query = _vector_query(
+            vector, self._filter(tenant_hex, doctype, scope), k, _hybrid_policy(scope), fields
+        )
         return hot_replies.hits(self._run(index, query)[0], distance=True)
 
     def _run(self, index: str, *queries: BaseQuery) -> list[Any]:
@@ -400,14 +413,18 @@ class HotStore:
             )
         return pipe.execute()  # type: ignore[no-any-return]
 
-    def doc_vectors(self, doc_ids: list[str]) -> list[np.ndarray]:
+    def doc_vectors(self, doc_ids: list[str]) -> dict[str, np.ndarray]:
         """The vectors of these documents (those still there), as the KNN index holds them."""
         if not doc_ids:
-            return []
+            return {}
         pipe = self.client.pipeline(transaction=False)
         for doc_id in doc_ids:
             pipe.hget(doc_id, "embedding")
-        return [np.frombuffer(raw, dtype=np.float32) for raw in pipe.execute() if raw]
+        return {
+            doc_id: np.frombuffer(raw, dtype=np.float32)
+            for doc_id, raw in zip(doc_ids, pipe.execute(), strict=True)
+            if raw
+        }
 
     def episode_ids(self, tenant_hex: str, scope: Scope | None = None, limit: int = 10_000) -> set[int]:
         """Ids of the tenant's hot episodes that have an episode document."""

@@ -4,8 +4,10 @@ only the fields a caller uses are decoded."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from memory_platform.redis_client import info_field
 
@@ -16,6 +18,8 @@ class HotHit:
     episode_id: int
     turn_id: int | None
     score: float
+    #: The document's vector, when the query asked for it.
+    vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 def text(value: Any) -> str:
@@ -63,12 +67,14 @@ def hits(reply: Any, *, distance: bool) -> list[HotHit]:
             value = 1.0 - float(found) if found is not None else 0.0
         else:
             value = float(score or 0.0)
+        raw = info_field(fields, "embedding")
         hits.append(
             HotHit(
                 doc_id=text(key),
                 episode_id=int(info_field(fields, "episode")),
                 turn_id=int(turn_id) if turn_id else None,
                 score=value,
+                vector=np.frombuffer(raw, dtype=np.float32) if isinstance(raw, bytes) else None,
             )
         )
     return hits

@@ -3,11 +3,13 @@ where it would have ranked hot, not level with the best of whatever stayed hot."
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
+from episodes.stores.archive import ArchiveHit, rescored
 from episodes.stores.hot_replies import HotHit
 from memory_platform.embeddings import get_embedder
-from retrieval.ranking import MIN_SHARE, by_score, interleaved
+from retrieval.ranking import MIN_SHARE, interleaved
 
 from ..conftest import pk
 from .test_search import pack, turns
@@ -36,9 +38,21 @@ def hot(turn_id: int, score: float) -> HotHit:
     return HotHit(doc_id=f"d{turn_id}", episode_id=turn_id, turn_id=turn_id, score=score)
 
 
-def test_vector_lists_of_two_tiers_merge_by_similarity():
-    merged = by_score([hot(1, 0.41), hot(2, 0.30)], [Packed(10, 11, 0.52), Packed(12, 13, 0.35)])
-    assert [m.score for m in merged] == [0.52, 0.41, 0.35, 0.30]
+def test_vector_lists_of_two_tiers_are_ranked_again_for_one_query_vector():
+    # Each tier found its candidates with its own query vector; they are compared with one.
+    query = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    hot_hits = [vec_hit(HotHit(doc_id="d1", episode_id=1, turn_id=1, score=0.99), [0.6, 0.8, 0.0])]
+    packed = [
+        ArchiveHit(2, 3, 0.0, np.array([0.9, 0.1, 0.0], dtype=np.float32)),
+        ArchiveHit(4, None, 0.0, None),
+    ]
+    ranked = rescored([*hot_hits, *packed], query, 5)
+    assert [(m.episode_id, round(m.score, 3)) for m in ranked] == [(2, 0.994), (1, 0.6)]
+
+
+def vec_hit(hit, vector):
+    hit.vector = np.asarray(vector, dtype=np.float32)
+    return hit
 
 
 def test_text_lists_interleave_by_the_share_of_the_tenant_each_tier_holds():
