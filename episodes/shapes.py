@@ -182,9 +182,12 @@ def hit(
             body["snippet"] = len(shown) < len(turns)
             body["expand"] = f"/api/v1/memories/{episode.public_id}"
         else:
-            texts = [
-                t for t in snippet_turns(turns, matched, snippet, neighbours=False) if t.text and matched
-            ]
+            # Only its matched turns were read with their text (a packed episode's others stay put).
+            texts = (
+                [t for t in snippet_turns(turns, matched, snippet, neighbours=False) if t.text]
+                if matched
+                else []
+            )
             if texts:
                 body["turns"] = [turn_body(t) for t in texts]
             body["snippet"] = bool(texts)

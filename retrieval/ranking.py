@@ -112,8 +112,8 @@ def _key(match: Match) -> tuple[str, int]:
 @dataclass
 class Fusion:
     """One weighted RRF over the vector and text lists of every tier (seed 004), grouped by
-    episode: an episode's relevance is its best item's fused score, wherever it lives, so a warm
-    or cold episode ranks where it would have hot."""
+    episode: an episode's relevance is its best item's fused score, wherever it lives, so every
+    tier's episodes compete on one scale."""
 
     #: Per episode, its matched turns and their fused scores, best first.
     turns: dict[int, list[tuple[int, float]]]
@@ -122,8 +122,7 @@ class Fusion:
 
 
 def fuse(vector: Sequence[Match], text: Sequence[Match], weights: RetrievalWeights) -> Fusion:
-    episode_of = {_key(m): m.episode_id for m in [*vector, *text]}
-    source = {_key(m): "hot" if isinstance(m, HotHit) else "postgres" for m in [*vector, *text]}
+    match_of = {_key(m): m for m in [*vector, *text]}
     fused = weighted_rrf(
         {"vector": [_key(m) for m in vector], "text": [_key(m) for m in text]},
         {"vector": weights.vector, "text": weights.text},
@@ -133,13 +132,14 @@ def fuse(vector: Sequence[Match], text: Sequence[Match], weights: RetrievalWeigh
     for item in fused:
         key = cast(tuple[str, int], item.key)
         kind, pk = key
-        episode_id = episode_of[key]
+        match = match_of[key]
+        episode_id = match.episode_id
         if kind == "turn":
             out.turns.setdefault(episode_id, []).append((pk, item.score))
         if episode_id not in out.relevance:  # best first: the episode's first item is its best
             out.relevance[episode_id] = item.score
             out.explain[episode_id] = {
-                "source": source[key],
+                "source": "hot" if isinstance(match, HotHit) else "postgres",
                 "best_turn_id": pk if kind == "turn" else None,
                 "vector_rank": item.ranks.get("vector"),
                 "text_rank": item.ranks.get("text"),

@@ -157,7 +157,7 @@ def search(
         reason = f"{unavailable_reason(exc)}; answered from Postgres"
         tiers = _Tiers(tenant, query, k, weights, hot=False, archive_layers=tuple(layers), missed=[])
         fusion = tiers.fuse(vector, text)
-    hot_turns, episode_relevance, explain = fusion.turns, fusion.relevance, fusion.explain
+    matched, episode_relevance, explain = fusion.turns, fusion.relevance, fusion.explain
 
     # Ranking reads a few columns of every candidate; only the hits kept are loaded whole
     # (building model objects for every candidate costs more than the statements).
@@ -166,7 +166,7 @@ def search(
         hot_ids = [pk for pk, row in ranked.items() if row.layer == Layer.HOT]
         for episode_id, sims in rows.turn_similarities(tenant, hot_ids, vector).items():
             base = episode_relevance[episode_id]
-            hot_turns[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
+            matched[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
 
     order = rerank(ranked, episode_relevance, weights, _settings(tenant), now)[: query.limit]
     episodes = rows.hit_episodes(tenant, [pk for pk, _, _ in order])
@@ -175,7 +175,7 @@ def search(
         if pk not in episodes:  # forgotten since it was ranked
             continue
         hit = Hit(
-            episode=episodes[pk], relevance=episode_relevance[pk], score=score, matched=hot_turns.get(pk, [])
+            episode=episodes[pk], relevance=episode_relevance[pk], score=score, matched=matched.get(pk, [])
         )
         if query.explain:
             hit.explain = {**explain.get(pk, {}), **parts, "score": score}
@@ -226,10 +226,11 @@ def _narrow(ids: list[int], within: tuple[int, ...]) -> list[int]:
 class _Tiers:
     """The lists of one search from every tier it reaches, fused once (``ranking.fuse``).
 
-    Text first, the tiers at the same time (Redis in a worker thread, Postgres here, on this
-    thread's connection and inside its transaction); then the query vector is moved towards the
-    best text hits of either tier (``episodes.stores.hot.Feedback``) and both tiers are asked for
-    the nearest turns to that one vector, again at the same time."""
+    The tiers are searched at the same time: the hot tier in a worker thread (BM25, then KNN with
+    the query moved towards its best matches), the packed turns' vector candidates on a second
+    connection, full text in Postgres on this thread's. Then both tiers' vector hits are ranked
+    again, by their vectors, for one query vector moved towards the best matches of the merged
+    text list (``episodes.stores.hot.Feedback``; docs/decisions/0017)."""
 
     def __init__(
         self,
@@ -292,23 +293,23 @@ class _Tiers:
         # of either tier. The hot KNN found its turns with the query moved by its own matches; they
         # and the packed candidates are ranked again here, by their vectors.
         moved = self._moved(vector, text_list, hot_found, candidates)
-        ranked = archive.rescored([*hot_vector, *candidates], moved, 2 * self.k)
+        both: list[Match] = [*hot_vector, *candidates]
+        ranked = archive.rescored(both, moved, 2 * self.k)
         return fuse(ranked, text_list, self.weights)
 
     def _hot(
         self, vector: np.ndarray | None, text: str | None
-    ) -> tuple[list[HotHit], list[Any], dict[str, np.ndarray]]:
-        """The hot tier's (text hits, vector hits, the best text hits' vectors)."""
-        store, tenant_hex, feedback = hot_store(), self.tenant.id.hex, self.weights.feedback
-        text_hits = (
-            store.text_search(tenant_hex, text=text, scope=self.scope, k=self.k) if text is not None else []
-        )
-        if vector is None:
-            return text_hits, [], {}
-        found = store.doc_vectors([h.doc_id for h in text_hits[: feedback.docs]]) if feedback.docs else {}
-        moved = moved_towards(vector, list(found.values()), feedback.weight) if found else vector
-        vector_hits = store.vector_search(
-            tenant_hex, vector=moved, scope=self.scope, k=self.k, with_vectors=bool(self.archive_scopes)
+    ) -> tuple[list[HotHit], list[HotHit], dict[str, np.ndarray]]:
+        """The hot tier's (text hits, vector hits, the vectors of the text hits its query moved
+        towards); its vector hits carry their vectors when a packed tier is searched too."""
+        vector_hits, text_hits, found = hot_store().search_with_feedback(
+            self.tenant.id.hex,
+            vector=vector,
+            text=text,
+            scope=self.scope,
+            k=self.k,
+            feedback=self.weights.feedback,
+            with_vectors=bool(self.archive_scopes),
         )
         return text_hits, vector_hits, found
 
@@ -332,10 +333,9 @@ class _Tiers:
         best = text_list[: feedback.docs]
         if not best:
             return vector
-        hot_docs = [m.doc_id for m in best if isinstance(m, HotHit)]
-        missing = [doc for doc in hot_docs if doc not in hot_found]
-        found = [hot_found[doc] for doc in hot_docs if doc in hot_found]
-        found += list(hot_store().doc_vectors(missing).values()) if missing else []
+        # The merged list's hot matches are among the hot tier's first ``docs`` text hits, whose
+        # vectors its search read (those still there).
+        found = [hot_found[m.doc_id] for m in best if isinstance(m, HotHit) and m.doc_id in hot_found]
         # A packed match's vector: from the candidates when it is one, else read.
         known = {(c.episode_id, c.turn_id): c.vector for c in candidates if c.vector is not None}
         packed = [m for m in best if not isinstance(m, HotHit)]
@@ -371,8 +371,9 @@ def search_shaped(
     snippet: shapes.Snippet | None = None,
 ) -> dict[str, Any]:
     """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``), in a ``snippet``
-    (by default the platform's) unless ``depth=deep``, which shows every hit whole and, when ``may_unpack`` (a key with the write scope), unpacks the warm
-    and cold hits (back to hot); without it they are read whole where they are. ``found`` is told
+    (by default the platform's) unless ``depth=deep``, which shows every hit whole and, when
+    ``may_unpack`` (a key with the write scope), unpacks the warm and cold hits (back to hot);
+    without it they are read whole where they are. ``found`` is told
     the hits' internal ids (to record their uses)."""
     result = search(tenant=tenant, query=query, now=now)
     if found is not None:

@@ -172,15 +172,6 @@ def rescored(candidates: list[Scored], vector: np.ndarray, k: int) -> list[Score
     return [dataclasses.replace(candidates[i], score=float(sims[i])) for i in order]
 
 
-def vector_search(
-    tenant_id: str, *, vector: np.ndarray, scope: Scope, k: int, raw_turns: bool = True
-) -> list[ArchiveHit]:
-    """The packed turns (and centroids) nearest ``vector``, best first, by cosine similarity."""
-    return rescored(
-        vector_candidates(tenant_id, vector=vector, scope=scope, k=k, raw_turns=raw_turns), vector, k
-    )
-
-
 def text_search(
     tenant_id: str, *, text: str, scope: Scope, k: int, raw_turns: bool = True
 ) -> list[ArchiveHit]:
@@ -237,7 +228,7 @@ def text_search(
 
 
 def vectors_of(tenant_id: str, turn_ids: list[int], episode_ids: list[int]) -> list[np.ndarray]:
-    """The vectors these packed turns (as ``vector_search`` compares them) and episodes (their
+    """The vectors these packed turns (as ``vector_candidates`` returns them) and episodes (their
     centroids) are searched by: what a query is moved towards (pseudo-relevance feedback)."""
     if not turn_ids and not episode_ids:
         return []

@@ -341,20 +341,40 @@ class HotStore:
         doctype: str = keys.DOC_TURN,
         feedback: Feedback | None = None,
     ) -> tuple[list[HotHit], list[HotHit]]:
-        """KNN and BM25 over the tenant's hot documents: (vector hits, text hits), best first.
-
-        With feedback (and both a vector and query words), BM25 runs first and the KNN query is
-        the vector moved towards the best text hits' vectors (see ``Feedback``)."""
-        text_hits = self.text_search(tenant_hex, text=text, scope=scope, k=k, doctype=doctype) if text else []
-        if vector is not None and feedback is not None and feedback.docs > 0 and text_hits:
-            found = self.doc_vectors([h.doc_id for h in text_hits[: feedback.docs]])
-            vector = moved_towards(vector, list(found.values()), feedback.weight)
-        vector_hits = (
-            self.vector_search(tenant_hex, vector=vector, scope=scope, k=k, doctype=doctype)
-            if vector is not None
-            else []
+        """KNN and BM25 over the tenant's hot documents: (vector hits, text hits), best first."""
+        vector_hits, text_hits, _ = self.search_with_feedback(
+            tenant_hex, vector=vector, text=text, scope=scope, k=k, doctype=doctype, feedback=feedback
         )
         return vector_hits, text_hits
+
+    def search_with_feedback(
+        self,
+        tenant_hex: str,
+        *,
+        vector: np.ndarray | None,
+        text: str | None,
+        scope: Scope,
+        k: int,
+        doctype: str = keys.DOC_TURN,
+        feedback: Feedback | None = None,
+        with_vectors: bool = False,
+    ) -> tuple[list[HotHit], list[HotHit], dict[str, np.ndarray]]:
+        """(vector hits, text hits, the vectors of the text hits the query moved towards).
+
+        With feedback (and both a vector and query words), BM25 runs first and the KNN query is
+        the vector moved towards the best text hits' vectors (see ``Feedback``); ``with_vectors``:
+        each vector hit comes with its vector."""
+        text_hits = self.text_search(tenant_hex, text=text, scope=scope, k=k, doctype=doctype) if text else []
+        if vector is None:
+            return [], text_hits, {}
+        found: dict[str, np.ndarray] = {}
+        if feedback is not None and feedback.docs > 0 and text_hits:
+            found = self.doc_vectors([h.doc_id for h in text_hits[: feedback.docs]])
+            vector = moved_towards(vector, list(found.values()), feedback.weight)
+        vector_hits = self.vector_search(
+            tenant_hex, vector=vector, scope=scope, k=k, doctype=doctype, with_vectors=with_vectors
+        )
+        return vector_hits, text_hits, found
 
     def text_search(
         self, tenant_hex: str, *, text: str, scope: Scope, k: int, doctype: str = keys.DOC_TURN

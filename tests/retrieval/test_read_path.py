@@ -247,8 +247,12 @@ def test_a_packed_turn_scores_what_its_hot_document_scored(caller, monkeypatch, 
     with transaction.atomic():  # on the request's connection, inside its transaction
         packed = {
             h.turn_id: h.score
-            for h in archive.vector_search(
-                str(caller.tenant.id), vector=vector, scope=Scope(layers=("warm",)), k=10
+            for h in archive.rescored(
+                archive.vector_candidates(
+                    str(caller.tenant.id), vector=vector, scope=Scope(layers=("warm",)), k=10
+                ),
+                vector,
+                10,
             )
             if h.turn_id is not None
         }
