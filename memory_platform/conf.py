@@ -42,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     # the hot KNN query moved towards the best BM25 hits (pseudo-relevance feedback); 0 docs: off
     "SEARCH_FEEDBACK_DOCS": 3,
     "SEARCH_FEEDBACK_WEIGHT": 0.5,
+    # A query naming a time ("last May", "in 2022") lifts episodes of that time by up to this
+    # share of their score (retrieval.when; 0: off).
+    "SEARCH_TIME_BOOST": 0.5,
     "ACTIVATION_LIMIT": 3,
     # a search hit shows its best matched turns with this many neighbours on each side (a snippet;
     # `depth=deep` shows whole episodes)

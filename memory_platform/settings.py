@@ -332,6 +332,7 @@ _MEMORY_FROM_ENV = {
     "USAGE_FLUSH_SECONDS": ("MEMORY_USAGE_FLUSH_SECONDS", _float),
     "SEARCH_FEEDBACK_DOCS": ("MEMORY_SEARCH_FEEDBACK_DOCS", lambda name: _int(name, 0, minimum=0)),
     "SEARCH_FEEDBACK_WEIGHT": ("MEMORY_SEARCH_FEEDBACK_WEIGHT", _float),
+    "SEARCH_TIME_BOOST": ("MEMORY_SEARCH_TIME_BOOST", _float),
     "SNIPPET_TURNS": ("MEMORY_SNIPPET_TURNS", lambda name: _int(name, 1, minimum=1)),
     "SNIPPET_NEIGHBOURS": ("MEMORY_SNIPPET_NEIGHBOURS", lambda name: _int(name, 1, minimum=0)),
     "RATE_LIMIT": ("MEMORY_RATE_LIMIT", _rate),

@@ -2,11 +2,13 @@
 (``fusion``), grouped by episode, then moved by the seed-003 priority of the tenant's policy
 (``lifecycle.scoring.priority``).
 
-score = relevance × (1 + share × priority) × state weight, where relevance is the episode's best
-fused score and priority (recency, frequency, anchor, and relevance itself, each up to its policy
-weight) is in [0, 1]: relevance stays first, and the priority moves a hit by at most ``share`` of
-itself. The state weight (``STATE_WEIGHTS``) ranks a dormant episode or a delete candidate below an
-active one as relevant, without hiding it.
+score = relevance × (1 + share × priority) × state weight × time, where relevance is the episode's
+best fused score and priority (recency, frequency, anchor, and relevance itself, each up to its
+policy weight) is in [0, 1]: relevance stays first, and the priority moves a hit by at most
+``share`` of itself. The state weight (``STATE_WEIGHTS``) ranks a dormant episode or a delete
+candidate below an active one as relevant, without hiding it. When the query names a time
+(``retrieval.when``), the episodes of that time are lifted by up to ``time`` of their score
+(``time_factor``).
 
 Ranking reads a few columns of each candidate, and only of those that can still reach the top.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
 from episodes.models import Episode, State
@@ -28,6 +30,7 @@ from memory_platform.conf import memory_settings
 from memory_platform.tenancy.models import Tenant
 
 from .fusion import weighted_rrf
+from .when import Window
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class RetrievalWeights:
     priority: float
     candidates: int
     feedback: Feedback
+    #: How far a query's time expression lifts the episodes of that time (``time_factor``).
+    time: float = 0.0
 
 
 def platform_weights() -> RetrievalWeights:
@@ -55,6 +60,7 @@ def platform_weights() -> RetrievalWeights:
             docs=int(memory_settings.SEARCH_FEEDBACK_DOCS),
             weight=float(memory_settings.SEARCH_FEEDBACK_WEIGHT),
         ),
+        time=float(memory_settings.SEARCH_TIME_BOOST),
     )
 
 
@@ -159,17 +165,37 @@ def stats_of(row: rows.RankRow | Episode) -> scoring.EpisodeStats:
     )
 
 
+def time_factor(row: rows.RankRow, when: Sequence[Window], share: float) -> float:
+    """1 + ``share`` for an episode that lies in a window of time the query names, less the
+    farther it lies outside (half at one window's width away), 1 without a window."""
+    if not when or not share:
+        return 1.0
+    closeness = max(
+        1.0 / (1.0 + w.distance(row.first_occurred_at, row.last_occurred_at) / max(w.width, _DAY))
+        for w in when
+    )
+    return 1.0 + share * closeness
+
+
+_DAY = timedelta(days=1)
+
+
 def rank_candidates(
-    tenant: Tenant, relevance: dict[int, float], limit: int, weights: RetrievalWeights
+    tenant: Tenant,
+    relevance: dict[int, float],
+    limit: int,
+    weights: RetrievalWeights,
+    when: Sequence[Window] = (),
 ) -> dict[int, rows.RankRow]:
     """The candidates that can still reach the top ``limit``, with what ranking reads.
 
-    The priority lifts a score by at most ``1 + weights.priority * scoring.PRIORITY_MAX``, so a
-    candidate below the limit-th relevance divided by that factor cannot overtake it: it is never
-    read. (Forgotten candidates drop out here; the bar is then lowered and more are read.)
+    The priority lifts a score by at most ``1 + weights.priority * scoring.PRIORITY_MAX`` (and a
+    time the query names by at most ``1 + weights.time``), so a candidate below the limit-th
+    relevance divided by that factor cannot overtake it: it is never read. (Forgotten candidates
+    drop out here; the bar is then lowered and more are read.)
     """
     order = sorted(relevance, key=lambda pk: -relevance[pk])
-    lift = 1.0 + weights.priority * scoring.PRIORITY_MAX
+    lift = (1.0 + weights.priority * scoring.PRIORITY_MAX) * (1.0 + weights.time if when else 1.0)
     ranked: dict[int, rows.RankRow] = {}
     position = 0
     while position < len(order):
@@ -196,8 +222,10 @@ def rerank(
     weights: RetrievalWeights,
     policy: Any,
     now: datetime,
+    when: Sequence[Window] = (),
 ) -> list[tuple[int, float, dict[str, float]]]:
-    """(episode id, score, score parts), best first: relevance moved by the tenant's priority."""
+    """(episode id, score, score parts), best first: relevance moved by the tenant's priority
+    and by the time the query names (``when``)."""
     if not relevance:
         return []
     top = max(relevance.values()) or 1.0
@@ -207,8 +235,12 @@ def rerank(
         terms = scoring.priority_terms(stats_of(row), policy, now, relevance=rel)
         priority = scoring.priority_of(terms)
         state = STATE_WEIGHTS.get(row.state, 1.0)
-        score = relevance[episode_id] * (1.0 + weights.priority * priority) * state
+        timed = time_factor(row, when, weights.time)
+        score = relevance[episode_id] * (1.0 + weights.priority * priority) * state * timed
         parts = {k: v for k, v in terms.items() if k != "relevance"}
-        out.append((episode_id, score, {**parts, "relevance": rel, "priority": priority, "state": state}))
+        parts.update(relevance=rel, priority=priority, state=state)
+        if when:
+            parts["time"] = timed
+        out.append((episode_id, score, parts))
     out.sort(key=lambda x: -x[1])
     return out

@@ -33,7 +33,7 @@ from memory_platform import db
 from memory_platform.embeddings import EmbeddingError, get_embedder
 from memory_platform.tenancy.models import Tenant
 
-from . import usage
+from . import usage, when
 from .query import SearchQuery
 from .ranking import (
     Fusion,
@@ -161,14 +161,16 @@ def search(
 
     # Ranking reads a few columns of every candidate; only the hits kept are loaded whole
     # (building model objects for every candidate costs more than the statements).
-    ranked = rank_candidates(tenant, episode_relevance, query.limit, weights)
+    # A time the query names lifts the episodes of that time (never a filter).
+    timed = when.windows(query.text, now) if weights.time and query.text else []
+    ranked = rank_candidates(tenant, episode_relevance, query.limit, weights, timed)
     if degraded and vector is not None:
         hot_ids = [pk for pk, row in ranked.items() if row.layer == Layer.HOT]
         for episode_id, sims in rows.turn_similarities(tenant, hot_ids, vector).items():
             base = episode_relevance[episode_id]
             matched[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
 
-    order = rerank(ranked, episode_relevance, weights, _settings(tenant), now)[: query.limit]
+    order = rerank(ranked, episode_relevance, weights, _settings(tenant), now, timed)[: query.limit]
     episodes = rows.hit_episodes(tenant, [pk for pk, _, _ in order])
     hits = []
     for pk, score, parts in order:

@@ -35,6 +35,7 @@ class RankRow(NamedTuple):
     last_accessed_at: datetime
     created_at: datetime
     first_occurred_at: datetime
+    last_occurred_at: datetime
 
 
 class TurnRow(NamedTuple):
@@ -76,7 +77,8 @@ def rank_rows(tenant: Tenant, episode_ids: Sequence[int]) -> list[RankRow]:
     if not episode_ids:
         return []
     rows = db.fetch(
-        "SELECT id, layer, state, anchor, access_count, last_accessed_at, created_at, first_occurred_at "
+        "SELECT id, layer, state, anchor, access_count, last_accessed_at, created_at, first_occurred_at, "
+        "last_occurred_at "
         f"FROM {EPISODES} "
         "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
         [tenant.pk, list(episode_ids), State.FORGOTTEN.value],

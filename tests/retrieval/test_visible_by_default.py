@@ -46,7 +46,8 @@ def test_a_dormant_memory_ranks_below_an_active_one_as_relevant(caller):
     then = datetime(2026, 5, 1, tzinfo=UTC)
     states = [State.DELETE_CANDIDATE, State.DORMANT, State.ACTIVE]
     ranked = {
-        pk: RankRow(pk, "cold", state, False, 0, then, then, then) for pk, state in enumerate(states, start=1)
+        pk: RankRow(pk, "cold", state, False, 0, then, then, then, then)
+        for pk, state in enumerate(states, start=1)
     }
     order = rerank(ranked, {pk: 0.5 for pk in ranked}, platform_weights(), policy_for(caller.tenant), now)
     assert [pk for pk, _, _ in order] == [3, 2, 1]  # as relevant, as used: active, dormant, candidate

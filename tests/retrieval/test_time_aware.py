@@ -1,0 +1,75 @@
+"""Time-aware search (issue 16, item 4): a time the query names lifts the episodes of that time,
+relative to the caller's now; it never hides the others."""
+
+from datetime import UTC, datetime
+
+import pytest
+from django.utils import timezone
+
+from retrieval import when
+
+from .test_search import turns
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOW = datetime(2023, 10, 20, 15, 30, tzinfo=UTC)
+
+
+def spans(text, now=NOW):
+    return [(w.phrase, w.start.date().isoformat(), w.end.date().isoformat()) for w in when.windows(text, now)]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("what did we decide last May?", [("last May", "2023-05-01", "2023-06-01")]),
+        ("camping in june", [("in june", "2023-06-01", "2023-07-01")]),
+        ("what happened in 2022", [("2022", "2022-01-01", "2023-01-01")]),
+        ("as of 1 February, 2023", [("1 February, 2023", "2023-02-01", "2023-02-02")]),
+        ("the painting of October 13, 2023", [("October 13, 2023", "2023-10-13", "2023-10-14")]),
+        ("the storm of 2023-07-07", [("2023-07-07", "2023-07-07", "2023-07-08")]),
+        ("two weeks ago", [("two weeks ago", "2023-10-02", "2023-10-09")]),
+        ("yesterday's call", [("yesterday", "2023-10-19", "2023-10-20")]),
+        ("last month", [("last month", "2023-09-01", "2023-10-01")]),
+        ("what did she paint recently", [("recently", "2023-09-20", "2023-10-20")]),
+    ],
+)
+def test_time_expressions_become_windows_relative_to_now(text, expected):
+    assert spans(text) == expected
+
+
+def test_words_that_only_look_like_times_are_not_read_as_times():
+    assert spans("May I ask where the march starts?") == []
+    assert spans("maybe the 300 people at the 1000 km race") == []
+    assert spans("the Marchetti report") == []
+
+
+def test_last_may_said_in_may_is_a_year_ago():
+    assert spans("last May", datetime(2024, 5, 20, tzinfo=UTC)) == [("last May", "2023-05-01", "2023-06-01")]
+    assert spans("in May", datetime(2024, 8, 20, tzinfo=UTC)) == [("in May", "2024-05-01", "2024-06-01")]
+
+
+def test_a_query_with_last_may_prefers_mays_turns(caller):
+    now = timezone.now()
+    may = datetime(now.year if now.month > 5 else now.year - 1, 5, 12, 10, 0, tzinfo=UTC)
+    text = ["we went hiking in the hills with the dog and got lost near the lake"]
+    dates = {"march": may.replace(month=3), "may": may, "august": may.replace(month=8, year=may.year - 1)}
+    ids = {name: turns(caller, name, text, at=at)["episode_ids"][0] for name, at in dates.items()}
+
+    plain = caller.post("/api/v1/search", {"query": "hiking in the hills with the dog"}).json()["results"]
+    assert {h["episode_id"] for h in plain} == set(ids.values())
+    timed = caller.post(
+        "/api/v1/search", {"query": "where did we go hiking with the dog last May?", "explain": True}
+    ).json()["results"]
+    assert timed[0]["episode_id"] == ids["may"]
+    assert timed[0]["explain"]["time"] > max(h["explain"]["time"] for h in timed[1:])
+    # A boost, not a filter: the other months are still found, and every hit says when it was.
+    assert {h["episode_id"] for h in timed} == set(ids.values())
+    assert timed[0]["first_occurred_at"].startswith(may.date().isoformat())
+
+
+def test_a_time_in_the_query_changes_nothing_when_the_boost_is_off(caller, settings):
+    settings.MEMORY = {**settings.MEMORY, "SEARCH_TIME_BOOST": 0.0}
+    turns(caller, "s", ["we went hiking in the hills"], at=datetime(2024, 5, 12, tzinfo=UTC))
+    hit = caller.post("/api/v1/search", {"query": "hiking in May 2024", "explain": True}).json()["results"][0]
+    assert "time" not in hit["explain"]
