@@ -18,23 +18,33 @@ from typing import Any
 
 from memory_platform.conf import memory_settings
 
-from .models import Episode, Layer
+from .models import Episode, Layer, State
 
 
 @dataclass(frozen=True)
 class Snippet:
     """How much of an episode a search hit shows unless asked for all of it: its ``turns`` best
     matched turns, each with ``neighbours`` turns on either side (a hot episode; a packed one shows
-    its matched turns alone, beside its packed shape)."""
+    its matched turns alone, beside its packed shape). Only the first ``neighbour_hits`` hits of an
+    answer show neighbours (``None``: all of them); the others show their matched turns alone."""
 
     turns: int
     neighbours: int
+    neighbour_hits: int | None = None
 
     @classmethod
     def default(cls) -> Snippet:
         return cls(
-            turns=int(memory_settings.SNIPPET_TURNS), neighbours=int(memory_settings.SNIPPET_NEIGHBOURS)
+            turns=int(memory_settings.SNIPPET_TURNS),
+            neighbours=int(memory_settings.SNIPPET_NEIGHBOURS),
+            neighbour_hits=int(memory_settings.SNIPPET_NEIGHBOUR_HITS),
         )
+
+    def at(self, rank: int) -> Snippet:
+        """The snippet of the hit at ``rank`` (0 first) of an answer."""
+        if self.neighbour_hits is None or rank < self.neighbour_hits or not self.neighbours:
+            return self
+        return Snippet(turns=self.turns, neighbours=0, neighbour_hits=self.neighbour_hits)
 
 
 def snippet_turns(
@@ -197,11 +207,78 @@ def hit(
     if episode.layer == Layer.HOT or (snippet is not None and best):
         ids = {t.pk: t.public_id for t in turns}
         body["matched_turn_ids"] = [ids[t] for t, _ in best if t in ids]
+    return _with_scores(body, similarity, explain)
+
+
+def _with_scores(
+    body: dict[str, Any], similarity: float | None, explain: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A hit's ``similarity`` (with ``min_score``) and ``explain`` parts, when asked for."""
     if similarity is not None:
         body["similarity"] = round(similarity, 6)
     if explain:
         body["explain"] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in explain.items()}
     return body
+
+
+def hit_text(
+    episode: Episode,
+    turns: Sequence[Any],
+    matched: Sequence[tuple[int, float]],
+    snippet: Snippet | None,
+) -> tuple[str, bool]:
+    """The layer's text of a hit as one string, and whether it leaves some of the episode out: a
+    hot episode's snippet turns (every turn without a ``snippet``), one ``role: text`` line each,
+    a ``…`` line where turns are left out (before, between or after them); a warm one's key points
+    (or summary), a cold one's headline, then the matched turns search found it through."""
+    if shows_turns(episode, deep=snippet is None):
+        shown = list(turns) if snippet is None else snippet_turns(turns, matched, snippet)
+        lines: list[str] = []
+        previous = turns[0].seq - 1 if turns else 0
+        for turn in shown:
+            if turn.seq != previous + 1:
+                lines.append("…")
+            lines.append(f"{turn.role}: {turn.text}")
+            previous = turn.seq
+        if shown and turns and shown[-1].seq != turns[-1].seq:
+            lines.append("…")
+        return "\n".join(lines), len(shown) < len(turns)
+    if episode.layer == Layer.WARM:
+        lines = ["; ".join(episode.key_points) or episode.summary]
+    else:
+        lines = [episode.headline or episode.title]
+    found = snippet_turns(turns, matched, snippet, neighbours=False) if matched and snippet else []
+    lines += [f"{t.role}: {t.text}" for t in found if t.text]
+    return "\n".join(line for line in lines if line), True
+
+
+def compact_hit(
+    episode: Episode,
+    *,
+    score: float,
+    turns: Sequence[Any],
+    matched: Sequence[tuple[int, float]],
+    snippet: Snippet | None,
+    explain: dict[str, Any] | None = None,
+    similarity: float | None = None,
+) -> dict[str, Any]:
+    """A search hit as an agent reads it (``view=compact``, the default): which memory, in which
+    layer, how good, when, how long, and its text (``hit_text``); its state only when it is not
+    active. Everything else (title, scope, entities, each turn's id and metadata, the packed
+    shape's parts, the paths) is in ``view=full``, and the whole memory at
+    ``GET /api/v1/memories/{episode_id}``: a compact hit spends its tokens on what was said."""
+    text, _ = hit_text(episode, turns, matched, snippet)
+    body: dict[str, Any] = {
+        "episode_id": episode.public_id,
+        "layer": episode.layer,
+        "score": float(f"{score:.4g}"),
+        "date": episode.first_occurred_at.date().isoformat(),
+        "turn_count": episode.turn_count,
+        "text": text,
+    }
+    if episode.state != State.ACTIVE:
+        body["state"] = episode.state
+    return _with_scores(body, similarity, explain)
 
 
 def prompt_line(

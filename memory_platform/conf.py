@@ -50,6 +50,8 @@ DEFAULTS: dict[str, Any] = {
     # `depth=deep` shows whole episodes)
     "SNIPPET_TURNS": 2,
     "SNIPPET_NEIGHBOURS": 1,
+    # only the first hits of an answer show neighbours (the others their matched turns alone)
+    "SNIPPET_NEIGHBOUR_HITS": 2,
     # the API's searches queue their usage counts; a background thread writes them this often
     "USAGE_FLUSH_SECONDS": 0.5,
     # hot index

@@ -335,6 +335,7 @@ _MEMORY_FROM_ENV = {
     "SEARCH_TIME_BOOST": ("MEMORY_SEARCH_TIME_BOOST", _float),
     "SNIPPET_TURNS": ("MEMORY_SNIPPET_TURNS", lambda name: _int(name, 1, minimum=1)),
     "SNIPPET_NEIGHBOURS": ("MEMORY_SNIPPET_NEIGHBOURS", lambda name: _int(name, 1, minimum=0)),
+    "SNIPPET_NEIGHBOUR_HITS": ("MEMORY_SNIPPET_NEIGHBOUR_HITS", lambda name: _int(name, 2, minimum=0)),
     "RATE_LIMIT": ("MEMORY_RATE_LIMIT", _rate),
     "TENANT_RATE_LIMIT": ("MEMORY_TENANT_RATE_LIMIT", _rate),
     "AUTH_FAILURE_LIMIT": ("MEMORY_AUTH_FAILURE_LIMIT", _rate),

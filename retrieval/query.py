@@ -26,6 +26,9 @@ class SearchQuery:
     scope: Scope = DEFAULT_SCOPE
     limit: int = 10
     depth: str = "shallow"
+    #: How each hit shows (``episodes.shapes``): ``compact`` (its text, for an agent to read) or
+    #: ``full`` (its layer's shape, every field).
+    view: str = "compact"
     explain: bool = False
     record_access: bool = True
     #: Hits whose best cosine similarity to the query is below this are not returned (``None``:

@@ -386,7 +386,7 @@ def search_shaped(
             if hit.episode.layer != Layer.HOT:
                 unpack(tenant=tenant, episode_id=hit.episode.pk, now=now, record=False)
     return {
-        "results": hit_bodies(tenant, result.hits, deep=deep, snippet=snippet),
+        "results": hit_bodies(tenant, result.hits, deep=deep, snippet=snippet, view=query.view),
         "degraded": result.degraded,
         "degraded_reason": result.reason or None,
         "stale": result.stale,
@@ -395,10 +395,16 @@ def search_shaped(
 
 
 def hit_bodies(
-    tenant: Tenant, hits: list[Hit], *, deep: bool, snippet: shapes.Snippet | None = None
+    tenant: Tenant,
+    hits: list[Hit],
+    *,
+    deep: bool,
+    snippet: shapes.Snippet | None = None,
+    view: str = "full",
 ) -> list[dict[str, Any]]:
-    """The hits as ``POST /search`` shows them (``episodes.shapes.hit``), their turns read at once:
-    whole with ``deep``, else in snippets (``snippet``, by default the platform's)."""
+    """The hits as ``POST /search`` shows them, their turns read at once: whole with ``deep``, else
+    in snippets (``snippet``, by default the platform's); each in its layer's shape
+    (``episodes.shapes.hit``) or, with ``view="compact"``, as its text (``shapes.compact_hit``)."""
     ids = [h.episode.pk for h in hits]
     shown = None if deep else (snippet or shapes.Snippet.default())
     full = {h.episode.pk for h in hits if shapes.shows_turns(h.episode, deep=deep)}
@@ -409,17 +415,18 @@ def hit_bodies(
         else [t for h in hits if h.episode.pk not in full for t, _ in h.matched[: shown.turns]]
     )
     turns = turns_for(tenant, ids, full=full, texts=texts)
+    shape = shapes.compact_hit if view == "compact" else shapes.hit
     return [
-        shapes.hit(
+        shape(
             h.episode,
             score=h.score,
             turns=turns.get(h.episode.pk, []),
             matched=h.matched,
-            snippet=shown,
+            snippet=None if shown is None else shown.at(rank),
             explain=h.explain,
             similarity=h.similarity,
         )
-        for h in hits
+        for rank, h in enumerate(hits)
     ]
 
 
@@ -438,7 +445,7 @@ def activate(
     scope = (scope or Scope()).replace(kinds=(kind,), states=(State.ACTIVE,))
     if query_text.strip():
         return search_shaped(
-            tenant=tenant, query=SearchQuery(text=query_text, scope=scope, limit=limit), now=now
+            tenant=tenant, query=SearchQuery(text=query_text, scope=scope, limit=limit, view="full"), now=now
         )
     candidates = list(
         Episode.objects.for_tenant(tenant).filter(scope.q()).order_by("-anchor", "-last_accessed_at")[:200]

@@ -45,6 +45,15 @@ class SearchInSerializer(StrictSerializer, ScopeFilters):
         help_text="shallow: each hot hit in a snippet (its best matched turns with their neighbours), each "
         "packed one in its packed shape with its matched turns; deep: every hit whole",
     )
+    view = serializers.ChoiceField(
+        choices=["compact", "full"],
+        required=False,
+        default="compact",
+        help_text="compact: each hit as its text (a hot hit's snippet as `role: text` lines, a packed "
+        "one's key points or headline and its matched turns) with its id, layer, score, date and "
+        "turn count; full: each hit in its layer's shape with every field (title, scope, entities, "
+        "decisions, turns with their ids and metadata)",
+    )
     snippet_turns = serializers.IntegerField(
         required=False, min_value=1, max_value=20, help_text="matched turns a snippet shows (default 2)"
     )
@@ -53,6 +62,13 @@ class SearchInSerializer(StrictSerializer, ScopeFilters):
         min_value=0,
         max_value=10,
         help_text="turns a snippet shows on either side of each matched turn (default 1)",
+    )
+    snippet_neighbour_hits = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=100,
+        help_text="how many of the first hits show neighbours; the others show their matched turns "
+        "alone (default 2)",
     )
     include_dormant = serializers.BooleanField(
         required=False,

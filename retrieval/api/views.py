@@ -92,6 +92,7 @@ class SearchView(TenantAPIView):
             scope=scope,
             limit=d["limit"],
             depth=d["depth"],
+            view=d["view"],
             explain=d["explain"],
             record_access=False,
             min_score=d.get("min_score"),
@@ -109,6 +110,7 @@ class SearchView(TenantAPIView):
             snippet=Snippet(
                 turns=d.get("snippet_turns", default.turns),
                 neighbours=d.get("snippet_neighbours", default.neighbours),
+                neighbour_hits=d.get("snippet_neighbour_hits", default.neighbour_hits),
             ),
         )
         return Response(body)

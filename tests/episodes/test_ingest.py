@@ -182,7 +182,7 @@ def test_turns_written_while_redis_was_down_heal_without_a_rebuild(provided):
         server.start()
     get_redis().connection_pool.disconnect()
 
-    query = {"vector": vectors[7].tolist(), "layers": ["hot"]}
+    query = {"vector": vectors[7].tolist(), "layers": ["hot"], "view": "full"}
     before = provided.post("/api/v1/search", query).json()
     assert before["stale"] is True and before["degraded"] is False
     # Until the repair indexes them, search finds them in Postgres.

@@ -68,7 +68,9 @@ def test_ingest_sends_the_least_recently_used_hot_episodes_to_warm_and_never_ano
     hot = set(Episode.objects.filter(tenant=filler.tenant, layer=Layer.HOT).values_list("pk", flat=True))
     assert hot_store().episode_ids(filler.tenant.id.hex) == hot
     # Packed, not lost: the first batch is still found.
-    found = filler.post("/api/v1/search", {"query": "r0 0 lorem", "vector": vectors[0].tolist()}).json()
+    found = filler.post(
+        "/api/v1/search", {"query": "r0 0 lorem", "vector": vectors[0].tolist(), "view": "full"}
+    ).json()
     assert first_batch[0] in [hit["episode_id"] for hit in found["results"]]
     # The other tenant was never touched.
     assert not Episode.objects.filter(tenant=bystander.tenant).exclude(layer=Layer.HOT).exists()
@@ -142,7 +144,9 @@ def test_fill_drill_one_tenant_writes_on_and_the_others_keep_search(db):
                     "/api/v1/turns", {"turns": _turns(f"calm{i}", 1, 200, calm[i:], f"b{i}")}
                 )
                 assert mine.json()["searchable"] is True
-                search = bystander.post("/api/v1/search", {"vector": calm[i].tolist(), "limit": 3}).json()
+                search = bystander.post(
+                    "/api/v1/search", {"vector": calm[i].tolist(), "limit": 3, "view": "full"}
+                ).json()
                 assert search["degraded"] is False and search["stale"] is False
                 assert search["results"][0]["title"].startswith(f"calm{i} 0")
                 queued = bystander.post(
@@ -198,7 +202,9 @@ def test_redis_full_drill_ingest_search_and_readyz_say_so_and_the_repair_catches
         client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 100_000)
         body = caller.post("/api/v1/turns", {"turns": _turns("during", 1, 200, vectors[1:], "s1")}).json()
         assert body["searchable"] is False and "full" in body["reason"], body
-        found = caller.post("/api/v1/search", {"vector": vectors[1].tolist(), "limit": 3}).json()
+        found = caller.post(
+            "/api/v1/search", {"vector": vectors[1].tolist(), "limit": 3, "view": "full"}
+        ).json()
         assert found["degraded"] is True and "full" in found["degraded_reason"]
         assert found["results"][0]["title"].startswith("during 0")
         ready = caller.client.get("/readyz")
@@ -212,7 +218,7 @@ def test_redis_full_drill_ingest_search_and_readyz_say_so_and_the_repair_catches
         client.delete(*[f"junk:{i}" for i in range(5_000)])
         client.config_set("maxmemory", original)
     assert repair_hot_index() >= 1
-    after = caller.post("/api/v1/search", {"vector": vectors[1].tolist(), "limit": 3}).json()
+    after = caller.post("/api/v1/search", {"vector": vectors[1].tolist(), "limit": 3, "view": "full"}).json()
     assert after["degraded"] is False and after["degraded_reason"] is None
     assert after["results"][0]["layer"] == "hot"
 

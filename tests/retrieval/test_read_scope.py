@@ -32,7 +32,9 @@ def test_a_read_key_reads_deep_without_moving_anything(caller, reader):
         "and the ferry left at nine",
     ]
 
-    hits = reader.post("/api/v1/search", {"query": "harbour lights ferry", "depth": "deep"}).json()["results"]
+    hits = reader.post(
+        "/api/v1/search", {"query": "harbour lights ferry", "depth": "deep", "view": "full"}
+    ).json()["results"]
     hit = next(h for h in hits if h["episode_id"] == episode_id)
     assert hit["layer"] == "cold" and len(hit["turns"]) == 2
 

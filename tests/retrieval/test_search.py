@@ -38,7 +38,7 @@ def turns(caller, session, texts, *, user="u1", agent="a1", at=T0, boundary=True
 
 
 def search(caller, query, **extra):
-    response = caller.post("/api/v1/search", {"query": query, **extra})
+    response = caller.post("/api/v1/search", {"query": query, "view": "full", **extra})
     assert response.status_code == 200, response.json()
     return response.json()
 

@@ -1,7 +1,10 @@
 """Snippets by default (issue 16, item 3): a hit shows the turns around its best matches, with the
-episode's turn count and a handle that reads it whole; `depth=deep` shows every turn."""
+episode's turn count and a handle that reads it whole; `depth=deep` shows every turn. By default
+(`view=compact`) a hit is its snippet as text; `view=full` shows every field."""
 
 import pytest
+
+from episodes.models import Episode
 
 from .test_search import pack, turns
 
@@ -29,7 +32,7 @@ def long_episode(caller):
 
 
 def hit_of(caller, episode_id, query, **extra):
-    response = caller.post("/api/v1/search", {"query": query, **extra})
+    response = caller.post("/api/v1/search", {"query": query, "view": "full", **extra})
     assert response.status_code == 200, response.json()
     return next(h for h in response.json()["results"] if h["episode_id"] == episode_id)
 
@@ -76,3 +79,44 @@ def test_an_outsider_cannot_expand_a_snippet(caller, outsider, long_episode):
     episode_id, _ = long_episode
     hit = hit_of(caller, episode_id, "brother moving to Porto")
     assert outsider.get(hit["expand"]).status_code == 404
+
+
+def test_a_compact_hit_is_its_snippet_as_text(caller, long_episode):
+    """The default view: the hit's id, layer, score, date and turn count, and its snippet as
+    `role: text` lines, with a `…` line where turns are left out."""
+    episode_id, _ = long_episode
+    response = caller.post("/api/v1/search", {"query": "brother moving to Porto", "snippet_turns": 1})
+    hit = next(h for h in response.json()["results"] if h["episode_id"] == episode_id)
+    assert set(hit) == {"episode_id", "layer", "score", "date", "turn_count", "text"}
+    assert hit["date"] == "2026-05-01" and hit["turn_count"] == 10
+    assert hit["text"] == "\n".join(
+        ["…", f"assistant: {TEXTS[1]}", f"user: {TEXTS[2]}", f"assistant: {TEXTS[3]}", "…"]
+    )
+    whole = caller.get(f"/api/v1/memories/{episode_id}").json()
+    assert [t["text"] for t in whole["turns"]] == TEXTS
+    assert caller.post("/api/v1/search", {"query": "Porto", "view": "brief"}).status_code == 400
+
+
+def test_a_compact_packed_hit_is_its_key_points_and_matched_turns(caller, long_episode):
+    episode_id, _ = long_episode
+    pack(episode_id, "warm")
+    response = caller.post("/api/v1/search", {"query": "brother moving to Porto", "snippet_turns": 1})
+    hit = next(h for h in response.json()["results"] if h["episode_id"] == episode_id)
+    key_points = Episode.objects.get(public_id=episode_id).key_points
+    assert hit["layer"] == "warm" and hit["text"] == "\n".join(["; ".join(key_points), f"user: {TEXTS[2]}"])
+
+
+def test_only_the_first_hits_show_neighbours(caller):
+    ids = [
+        turns(caller, f"s{n}", [f"filler {n} one", f"the comet {n} was bright", f"filler {n} two"])[
+            "episode_ids"
+        ][0]
+        for n in range(3)
+    ]
+    query = {"query": "the comet was bright", "snippet_turns": 1, "view": "full"}
+    hits = caller.post("/api/v1/search", {**query, "snippet_neighbour_hits": 1}).json()["results"]
+    assert {h["episode_id"] for h in hits} == set(ids)
+    assert [len(h["turns"]) for h in hits] == [3, 1, 1]
+    hits = caller.post("/api/v1/search", {**query, "snippet_neighbour_hits": 3}).json()["results"]
+    assert [len(h["turns"]) for h in hits] == [3, 3, 3]
+    assert caller.post("/api/v1/search", {**query, "snippet_neighbour_hits": -1}).status_code == 400

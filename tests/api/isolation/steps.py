@@ -121,6 +121,7 @@ def steps(worlds: dict[str, World]) -> st.SearchStrategy[tuple[str, dict[str, An
             "occurred_to": (when, 5),
             "limit": (st.sampled_from([1, 3, 10, 50, 100]), 3),
             "depth": (st.sampled_from(["shallow", "deep"]), 4),
+            "view": (st.sampled_from(["compact", "full"]), 2),
             "include_dormant": (st.booleans(), 4),
             "explain": (st.booleans(), 4),
         }
@@ -130,7 +131,7 @@ def steps(worlds: dict[str, World]) -> st.SearchStrategy[tuple[str, dict[str, An
         [
             {"layers": ["HOT"]}, {"layers": []}, {"limit": 0}, {"limit": 101}, {"vector": "bad:short"},
             {"query": "secret\x00alice"}, {"occurred_from": "yesterday"}, {"occurred_to": "2024-13-01"},
-            {"depth": "deeper"}, {"kinds": "fact"}, {"user_id": ["alice"]}, tenant_field, {"tenant_id": hexes[1]},
+            {"depth": "deeper"}, {"view": "brief"}, {"kinds": "fact"}, {"user_id": ["alice"]}, tenant_field, {"tenant_id": hexes[1]},
         ],
     )  # fmt: skip
     activate = st.tuples(

@@ -169,7 +169,12 @@ class Suite:
             for name, wanted in filters.items():
                 if wanted is None:
                     continue
-                value = item["scope"][name] if name in ("user_id", "agent_id", "session_id") else item[name]
+                if name in ("user_id", "agent_id", "session_id"):
+                    if "scope" not in item:
+                        continue  # a compact search hit (its text is checked below)
+                    value = item["scope"][name]
+                else:
+                    value = item[name]
                 if not (value in wanted if isinstance(wanted, set) else value == wanted):
                     self.violation(
                         f"{where}: filter {name} not matched exactly", sent, f"{wanted!r} -> {item}"
@@ -328,13 +333,23 @@ class Suite:
         # A deep search with a write key unpacks its hits: the read key keeps the layers as written.
         sent, status, data = self.send(world, "post", "/search", body, reader=body.get("depth") == "deep")
         if self.expect(sent, status, {200, 400}, data) and status == 200:
+            states = (
+                {"active"}
+                if body.get("include_dormant") is False
+                else {"active", "dormant", "delete_candidate"}
+            )
             filters = self.scope_filters(body) | {
                 "kind": {k.strip() for k in body["kinds"]} if body.get("kinds") else None,
                 "layer": set(body.get("layers") or ("hot", "warm", "cold")),
-                "state": {"active"}
-                if body.get("include_dormant") is False
-                else {"active", "dormant", "delete_candidate"},
+                "state": states,
             }
+            if body.get("view") != "full":
+                # A compact hit names its layer, and its state when it is not active; its scope and
+                # kind are the full view's (the same hits). Its text is checked for others' words.
+                filters = {"user_id": filters["user_id"], "layer": filters["layer"]}
+                for item in data["results"]:
+                    if item.get("state", "active") not in states:
+                        self.violation("search: filter state not matched exactly", sent, str(item))
             self.check_items(world, sent, data["results"], "episode_id", filters, "search")
 
     def step_activate(self, world: World, body: dict[str, Any]) -> None:
