@@ -176,7 +176,9 @@ def text_search(
     tenant_id: str, *, text: str, scope: Scope, k: int, raw_turns: bool = True
 ) -> list[ArchiveHit]:
     """Full-text matches, best first: packed turns matching all the query's lexemes, then those
-    of the broad pass, then episodes by their own text (summary, key points, headline).
+    of the broad pass, then episodes by their own text (summary, key points, headline). A packed
+    turn is matched by its window, the turn with its neighbours, as its hot document was
+    (`window_vector`, migration 0014).
 
     Full text runs in two passes: every match of all the query's lexemes, ranked; then, because a
     question rarely shares every word with its answer, a broad pass. Each ranks at most `cap`
@@ -198,9 +200,9 @@ def text_search(
         for order, (query, rank) in enumerate(((_ALL_WORDS_QUERY, "ts_rank_cd"), (broad, "ts_rank"))):
             parts.append(
                 f"(SELECT {order} AS pass, s.episode_id, s.id, s.rank FROM (SELECT t.episode_id, t.id, "
-                f"{rank}(t.search_vector, q.query) AS rank FROM {query} q, {TURNS} t "
+                f"{rank}(t.window_vector, q.query) AS rank FROM {query} q, {TURNS} t "
                 f"JOIN {EPISODES} e ON e.id = t.episode_id WHERE q.query IS NOT NULL AND t.packed "
-                f"AND t.tenant_id = %s AND t.search_vector @@ q.query AND {where} LIMIT %s) s "
+                f"AND t.tenant_id = %s AND t.window_vector @@ q.query AND {where} LIMIT %s) s "
                 f"ORDER BY s.rank DESC LIMIT %s)"
             )
             args.extend([text, tenant_id, *params, cap, k])

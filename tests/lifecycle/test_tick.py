@@ -462,7 +462,7 @@ def test_packing_leaves_nothing_pending_in_the_full_text_indexes_search_reads(pr
             "SELECT count(*) FROM episodes_turn WHERE tenant_id = %s AND packed", [provided.tenant.id]
         )
         assert cursor.fetchone()[0] > 0
-        for index in ("turn_packed_search_vector", "episode_packed_search_vector"):
+        for index in ("turn_packed_window_vector", "episode_packed_search_vector"):
             cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [index])
             assert cursor.fetchone()[0] == 0, index  # pages merged now: none were pending
 

@@ -11,7 +11,7 @@ from episodes.stores.hot_replies import HotHit
 from memory_platform.embeddings import get_embedder
 from retrieval.ranking import MIN_SHARE, interleaved
 
-from ..conftest import pk
+from ..conftest import pk, turn_pk
 from .test_search import pack, turns
 
 DOGS = [
@@ -109,3 +109,58 @@ def test_an_outsiders_packed_episodes_never_enter_the_ranking(caller, outsider):
     vector = get_embedder("local").embed_one("greyhound named comet").tolist()
     found = caller.post("/api/v1/search", {"query": "greyhound comet", "vector": vector}).json()["results"]
     assert [pk(hit["episode_id"]) for hit in found] == [mine]
+
+
+WINDOW = [
+    "did you go to the lecture yesterday",
+    "yes, the quantum tunnelling part was wild",
+    "I bought a new kettle on the way home",
+]
+
+
+def window_matches(tenant, words):
+    """Packed turns whose window (the turn with its neighbours) holds every word."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM episodes_turn WHERE tenant_id = %s AND packed "
+            "AND window_vector @@ plainto_tsquery('english', %s)",
+            [tenant.pk, words],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_packed_turn_is_found_by_the_words_of_its_window_as_its_hot_document_was(caller):
+    from django.utils import timezone
+
+    from episodes.models import Episode, Turn
+    from episodes.scope import Scope
+    from episodes.stores.archive import text_search
+
+    body = turns(caller, "s1", WINDOW)
+    episode_id = pk(body["episode_ids"][0])
+    ids = [turn_pk(t["id"]) for t in body["turns"]]
+    words = "quantum tunnelling lecture"
+    assert window_matches(caller.tenant, words) == set()  # hot turns: Redis searches their windows
+
+    pack(episode_id, "warm")
+    # Neither turn holds every word; each window does (the kettle's window lacks the lecture).
+    assert window_matches(caller.tenant, words) == {ids[0], ids[1]}
+    found = text_search(str(caller.tenant.id), text=words, scope=Scope(layers=("warm",)), k=10)
+    assert found[0].turn_id in {ids[0], ids[1]}
+
+    # A turn written into a packed episode rewrites its neighbours' windows.
+    later = Turn.objects.create(
+        tenant=caller.tenant,
+        episode_id=episode_id,
+        seq=3,
+        role="user",
+        text="the next lecture is in the same hall",
+        occurred_at=timezone.now(),
+    )
+    assert window_matches(caller.tenant, "kettle next lecture") == {ids[2], later.pk}
+
+    Episode.objects.filter(pk=episode_id).update(layer="hot")  # unpacked: Redis searches it again
+    assert window_matches(caller.tenant, words) == set()
