@@ -5,42 +5,49 @@ a reply often only makes sense next to what it answers). Packed turns were searc
 text (`search_vector`), so an episode found hot through a turn's window was no longer found
 through it once warm or cold (docs/decisions/0022). `episodes_turn.window_vector` holds the
 window's full text for packed turns (NULL for hot ones, which Redis searches); like `packed`, it
-is invisible to Django and kept by the triggers of migration 0008 in every code path: packing an
-episode writes its turns' windows, unpacking clears them, and a turn written into a packed
-episode rewrites its episode's windows. The partial GIN index moves from `search_vector` to it.
+is invisible to Django and kept by the trigger of migration 0008 that sets `packed`, in every
+code path and in the same row version: packing an episode writes its turns' windows, unpacking
+clears them, and a turn written into a packed episode has its neighbours' windows rewritten. The partial GIN index moves from `search_vector` to it.
 """
 
 from django.db import migrations
 
-WINDOWS = """
-CREATE FUNCTION episodes_turn_windows(episode bigint) RETURNS void LANGUAGE sql AS $$
-    UPDATE episodes_turn t SET window_vector = w.vector
-    FROM (
-        SELECT id, to_tsvector('english', concat_ws(E'\\n', lag(text) OVER o, text, lead(text) OVER o)) AS vector
-        FROM episodes_turn WHERE episode_id = episode WINDOW o AS (ORDER BY seq, id)
-    ) w
-    WHERE t.id = w.id AND t.window_vector IS DISTINCT FROM w.vector;
-$$;
-"""
-
-LAYER_TRIGGER = """
-CREATE OR REPLACE FUNCTION episodes_episode_layer_to_turns() RETURNS trigger LANGUAGE plpgsql AS $$
+# The trigger of migration 0008 that sets `packed` on every write of a turn also sets its window,
+# in the same row version: a second UPDATE would leave a dead version of every packed turn in
+# every index (HNSW included) until a vacuum, and slow search until then (docs/decisions/0022).
+TURN_PACKED = """
+CREATE OR REPLACE FUNCTION episodes_turn_packed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE episodes_turn SET packed = (NEW.layer IN ('warm', 'cold'))
-        WHERE episode_id = NEW.id AND packed IS DISTINCT FROM (NEW.layer IN ('warm', 'cold'));
-    IF NEW.layer IN ('warm', 'cold') THEN
-        PERFORM episodes_turn_windows(NEW.id);
+    NEW.packed := coalesce(
+        (SELECT e.layer IN ('warm', 'cold') FROM episodes_episode e WHERE e.id = NEW.episode_id), false
+    );
+    IF NEW.packed THEN
+        NEW.window_vector := to_tsvector('english', concat_ws(E'\\n',
+            (SELECT p.text FROM episodes_turn p WHERE p.episode_id = NEW.episode_id AND p.id <> NEW.id
+                AND (p.seq, p.id) < (NEW.seq, NEW.id) ORDER BY p.seq DESC, p.id DESC LIMIT 1),
+            NEW.text,
+            (SELECT n.text FROM episodes_turn n WHERE n.episode_id = NEW.episode_id AND n.id <> NEW.id
+                AND (n.seq, n.id) > (NEW.seq, NEW.id) ORDER BY n.seq, n.id LIMIT 1)
+        ));
     ELSE
-        UPDATE episodes_turn SET window_vector = NULL WHERE episode_id = NEW.id AND window_vector IS NOT NULL;
+        NEW.window_vector := NULL;
     END IF;
-    RETURN NULL;
+    RETURN NEW;
 END $$;
 """
 
-TURN_TRIGGER = """
+# A turn written into a packed episode (rare: turns are written hot) changes its neighbours'
+# windows: they are written again, which recomputes them.
+NEIGHBOURS = """
 CREATE FUNCTION episodes_packed_turn_written() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM episodes_turn_windows(NEW.episode_id);
+    UPDATE episodes_turn SET packed = true
+    WHERE id IN (
+        (SELECT p.id FROM episodes_turn p WHERE p.episode_id = NEW.episode_id AND p.id <> NEW.id
+            AND (p.seq, p.id) < (NEW.seq, NEW.id) ORDER BY p.seq DESC, p.id DESC LIMIT 1),
+        (SELECT n.id FROM episodes_turn n WHERE n.episode_id = NEW.episode_id AND n.id <> NEW.id
+            AND (n.seq, n.id) > (NEW.seq, NEW.id) ORDER BY n.seq, n.id LIMIT 1)
+    );
     RETURN NULL;
 END $$;
 
@@ -50,16 +57,10 @@ CREATE TRIGGER packed_turn_written AFTER INSERT OR UPDATE OF text, seq, episode_
 
 FORWARD = (
     "ALTER TABLE episodes_turn ADD COLUMN window_vector tsvector;"
-    + WINDOWS
-    + LAYER_TRIGGER
-    + TURN_TRIGGER
+    + TURN_PACKED
+    + NEIGHBOURS
     + """
-UPDATE episodes_turn t SET window_vector = w.vector
-FROM (
-    SELECT id, to_tsvector('english', concat_ws(E'\\n', lag(text) OVER o, text, lead(text) OVER o)) AS vector
-    FROM episodes_turn WHERE packed WINDOW o AS (PARTITION BY episode_id ORDER BY seq, id)
-) w
-WHERE t.id = w.id;
+UPDATE episodes_turn SET packed = true WHERE packed;  -- the trigger writes every packed turn's window
 
 CREATE INDEX turn_packed_window_vector ON episodes_turn USING gin (window_vector)
     WITH (fastupdate = off) WHERE packed;
@@ -73,13 +74,13 @@ CREATE INDEX IF NOT EXISTS turn_packed_search_vector ON episodes_turn USING gin 
 DROP INDEX IF EXISTS turn_packed_window_vector;
 DROP TRIGGER IF EXISTS packed_turn_written ON episodes_turn;
 DROP FUNCTION IF EXISTS episodes_packed_turn_written();
-CREATE OR REPLACE FUNCTION episodes_episode_layer_to_turns() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION episodes_turn_packed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE episodes_turn SET packed = (NEW.layer IN ('warm', 'cold'))
-        WHERE episode_id = NEW.id AND packed IS DISTINCT FROM (NEW.layer IN ('warm', 'cold'));
-    RETURN NULL;
+    NEW.packed := coalesce(
+        (SELECT e.layer IN ('warm', 'cold') FROM episodes_episode e WHERE e.id = NEW.episode_id), false
+    );
+    RETURN NEW;
 END $$;
-DROP FUNCTION IF EXISTS episodes_turn_windows(bigint);
 ALTER TABLE episodes_turn DROP COLUMN IF EXISTS window_vector;
 """
 
