@@ -226,11 +226,11 @@ def hit_text(
     turns: Sequence[Any],
     matched: Sequence[tuple[int, float]],
     snippet: Snippet | None,
-) -> tuple[str, bool]:
-    """The layer's text of a hit as one string, and whether it leaves some of the episode out: a
-    hot episode's snippet turns (every turn without a ``snippet``), one ``role: text`` line each,
-    a ``…`` line where turns are left out (before, between or after them); a warm one's key points
-    (or summary), a cold one's headline, then the matched turns search found it through."""
+) -> str:
+    """The layer's text of a hit as one string: a hot episode's snippet turns (every turn without
+    a ``snippet``), one ``role: text`` line each, a ``…`` line where turns are left out (before,
+    between or after them); a warm one's key points (or summary), a cold one's headline, then the
+    matched turns search found it through."""
     if shows_turns(episode, deep=snippet is None):
         shown = list(turns) if snippet is None else snippet_turns(turns, matched, snippet)
         lines: list[str] = []
@@ -242,14 +242,14 @@ def hit_text(
             previous = turn.seq
         if shown and turns and shown[-1].seq != turns[-1].seq:
             lines.append("…")
-        return "\n".join(lines), len(shown) < len(turns)
+        return "\n".join(lines)
     if episode.layer == Layer.WARM:
         lines = ["; ".join(episode.key_points) or episode.summary]
     else:
         lines = [episode.headline or episode.title]
     found = snippet_turns(turns, matched, snippet, neighbours=False) if matched and snippet else []
     lines += [f"{t.role}: {t.text}" for t in found if t.text]
-    return "\n".join(line for line in lines if line), True
+    return "\n".join(line for line in lines if line)
 
 
 def compact_hit(
@@ -267,14 +267,13 @@ def compact_hit(
     active. Everything else (title, scope, entities, each turn's id and metadata, the packed
     shape's parts, the paths) is in ``view=full``, and the whole memory at
     ``GET /api/v1/memories/{episode_id}``: a compact hit spends its tokens on what was said."""
-    text, _ = hit_text(episode, turns, matched, snippet)
     body: dict[str, Any] = {
         "episode_id": episode.public_id,
         "layer": episode.layer,
         "score": float(f"{score:.4g}"),
         "date": episode.first_occurred_at.date().isoformat(),
         "turn_count": episode.turn_count,
-        "text": text,
+        "text": hit_text(episode, turns, matched, snippet),
     }
     if episode.state != State.ACTIVE:
         body["state"] = episode.state
