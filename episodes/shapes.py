@@ -183,26 +183,20 @@ def hit(
         "turn_count": episode.turn_count,
         "unpack": f"/api/v1/memories/{episode.public_id}/unpack",
     }
-    deep = snippet is None
-    body.update(layer_body(episode, turns, deep=deep))
-    if snippet is not None:
-        if episode.layer == Layer.HOT:
-            shown = snippet_turns(turns, matched, snippet)
-            body["turns"] = [turn_body(t) for t in shown]
-            body["snippet"] = len(shown) < len(turns)
-            body["expand"] = f"/api/v1/memories/{episode.public_id}"
-        else:
-            # Only its matched turns were read with their text (a packed episode's others stay put).
-            texts = (
-                [t for t in snippet_turns(turns, matched, snippet, neighbours=False) if t.text]
-                if matched
-                else []
-            )
-            if texts:
-                body["turns"] = [turn_body(t) for t in texts]
-            body["snippet"] = bool(texts)
-    else:
+    if snippet is None:
+        body.update(layer_body(episode, turns, deep=True))
         body["turn_ids"] = [t.public_id for t in turns]
+    elif episode.layer == Layer.HOT:
+        shown = snippet_turns(turns, matched, snippet)
+        body.update(layer_body(episode, shown, deep=False))
+        body["snippet"] = len(shown) < len(turns)
+        body["expand"] = f"/api/v1/memories/{episode.public_id}"
+    else:
+        body.update(layer_body(episode, turns, deep=False))
+        found = matched_turns(turns, matched, snippet)
+        if found:
+            body["turns"] = [turn_body(t) for t in found]
+        body["snippet"] = bool(found)
     best = matched if snippet is None else matched[: snippet.turns]
     if episode.layer == Layer.HOT or (snippet is not None and best):
         ids = {t.pk: t.public_id for t in turns}
@@ -219,6 +213,22 @@ def _with_scores(
     if explain:
         body["explain"] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in explain.items()}
     return body
+
+
+def matched_turns(turns: Sequence[Any], matched: Sequence[tuple[int, float]], snippet: Snippet) -> list[Any]:
+    """The matched turns a packed hit shows beside its shape (only they were read with their text;
+    a packed episode's other turns stay in the database)."""
+    if not matched:
+        return []
+    return [t for t in snippet_turns(turns, matched, snippet, neighbours=False) if t.text]
+
+
+def packed_text(episode: Episode) -> str:
+    """What a warm episode says in one line (its key points, else its summary), or a cold one (its
+    headline, else its title)."""
+    if episode.layer == Layer.WARM:
+        return "; ".join(episode.key_points) or episode.summary
+    return episode.headline or episode.title
 
 
 def hit_text(
@@ -243,12 +253,8 @@ def hit_text(
         if shown and turns and shown[-1].seq != turns[-1].seq:
             lines.append("…")
         return "\n".join(lines)
-    if episode.layer == Layer.WARM:
-        lines = ["; ".join(episode.key_points) or episode.summary]
-    else:
-        lines = [episode.headline or episode.title]
-    found = snippet_turns(turns, matched, snippet, neighbours=False) if matched and snippet else []
-    lines += [f"{t.role}: {t.text}" for t in found if t.text]
+    found = matched_turns(turns, matched, snippet) if snippet else []
+    lines = [packed_text(episode), *(f"{t.role}: {t.text}" for t in found)]
     return "\n".join(line for line in lines if line)
 
 
@@ -290,10 +296,9 @@ def prompt_line(
     snippet around its best matched turns, when one is given)."""
     when = episode.last_occurred_at.date().isoformat()
     if episode.layer == Layer.WARM:
-        points = "; ".join(episode.key_points) or episode.summary
-        return f"[{when}] {episode.title}: {points}"
+        return f"[{when}] {episode.title}: {packed_text(episode)}"
     if episode.layer == Layer.COLD:
-        return f"[{when}] {episode.headline or episode.title}"
+        return f"[{when}] {packed_text(episode)}"
     if matched and snippet is not None:
         turns = snippet_turns(turns, matched, snippet)
     body = " ".join(f"{t.role}: {t.text}" for t in turns)

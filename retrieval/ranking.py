@@ -165,6 +165,9 @@ def stats_of(row: rows.RankRow | Episode) -> scoring.EpisodeStats:
     )
 
 
+_DAY = timedelta(days=1)
+
+
 def time_factor(row: rows.RankRow, when: Sequence[Window], share: float) -> float:
     """1 + ``share`` for an episode that lies in a window of time the query names, less the
     farther it lies outside (half at one window's width away), 1 without a window."""
@@ -175,9 +178,6 @@ def time_factor(row: rows.RankRow, when: Sequence[Window], share: float) -> floa
         for w in when
     )
     return 1.0 + share * closeness
-
-
-_DAY = timedelta(days=1)
 
 
 def rank_candidates(

@@ -304,7 +304,7 @@ class _Tiers:
     ) -> tuple[list[HotHit], list[HotHit], dict[str, np.ndarray]]:
         """The hot tier's (text hits, vector hits, the vectors of the text hits its query moved
         towards); its vector hits carry their vectors when a packed tier is searched too."""
-        vector_hits, text_hits, found = hot_store().search_with_feedback(
+        vector_hits, text_hits, found = hot_store().search(
             self.tenant.id.hex,
             vector=vector,
             text=text,

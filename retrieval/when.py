@@ -46,7 +46,6 @@ _compiled = [(re.compile(rf"(?<![\w-]){pattern}(?![\w])"), kind) for pattern, ki
 
 #: "recently": the last this many days before ``now``.
 RECENT = timedelta(days=30)
-_PERIODS = {"day": 1, "week": 7}
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,8 @@ class Window:
 
 @lru_cache(maxsize=8)
 def _parser(base: datetime) -> DateDataParser:
-    """A parser for dates relative to ``base`` (naive: dateparser compares with it as given)."""
+    """A parser for dates relative to ``base``, a day's midnight (naive: dateparser compares with it
+    as given). Windows are whole days, so one parser serves every request of a day."""
     return DateDataParser(
         languages=["en"],
         settings={"RELATIVE_BASE": base, "PREFER_DATES_FROM": "past", "RETURN_TIME_AS_PERIOD": True},
@@ -104,7 +104,9 @@ def _window(match: re.Match[str], kind: str, now: datetime) -> Window | None:
     if kind == "recent":
         return Window(phrase, now - RECENT, now)
     fragment = match.group("date")
-    parsed = _parser(now.replace(tzinfo=None)).get_date_data(fragment)
+    parsed = _parser(now.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)).get_date_data(
+        fragment
+    )
     if parsed.date_obj is None:
         return None
     day = parsed.date_obj.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=UTC)
@@ -125,4 +127,4 @@ def _window(match: re.Match[str], kind: str, now: datetime) -> Window | None:
     if period == "week":
         start = day - timedelta(days=day.weekday())
         return Window(phrase, start, start + timedelta(days=7))
-    return Window(phrase, day, day + timedelta(days=_PERIODS.get(period, 1)))
+    return Window(phrase, day, day + timedelta(days=1))

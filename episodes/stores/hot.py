@@ -340,26 +340,10 @@ class HotStore:
         k: int,
         doctype: str = keys.DOC_TURN,
         feedback: Feedback | None = None,
-    ) -> tuple[list[HotHit], list[HotHit]]:
-        """KNN and BM25 over the tenant's hot documents: (vector hits, text hits), best first."""
-        vector_hits, text_hits, _ = self.search_with_feedback(
-            tenant_hex, vector=vector, text=text, scope=scope, k=k, doctype=doctype, feedback=feedback
-        )
-        return vector_hits, text_hits
-
-    def search_with_feedback(
-        self,
-        tenant_hex: str,
-        *,
-        vector: np.ndarray | None,
-        text: str | None,
-        scope: Scope,
-        k: int,
-        doctype: str = keys.DOC_TURN,
-        feedback: Feedback | None = None,
         with_vectors: bool = False,
     ) -> tuple[list[HotHit], list[HotHit], dict[str, np.ndarray]]:
-        """(vector hits, text hits, the vectors of the text hits the query moved towards).
+        """KNN and BM25 over the tenant's hot documents: (vector hits, text hits, the vectors of
+        the text hits the query moved towards), hits best first.
 
         With feedback (and both a vector and query words), BM25 runs first and the KNN query is
         the vector moved towards the best text hits' vectors (see ``Feedback``); ``with_vectors``:

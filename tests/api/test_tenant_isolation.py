@@ -70,7 +70,7 @@ def test_outsider_finds_nothing_in_the_hot_store(ours, outsider):
     a = pk(ours[0])
     vector = Episode.objects.get(pk=a).embedding
     store = hot_store()
-    vector_hits, text_hits = store.search(
+    vector_hits, text_hits, _ = store.search(
         outsider.tenant.id.hex,
         vector=vector,
         text="secret launch",
@@ -80,7 +80,7 @@ def test_outsider_finds_nothing_in_the_hot_store(ours, outsider):
     assert vector_hits == [] and text_hits == []
     assert store.episode_ids(outsider.tenant.id.hex) == set()
     # and the owner does find it, so the query itself works
-    mine, _ = store.search(
+    mine, _, _ = store.search(
         Episode.objects.get(pk=a).tenant.id.hex,
         vector=vector,
         text=None,

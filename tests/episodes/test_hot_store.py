@@ -68,14 +68,16 @@ def test_each_tenant_has_its_own_index_walked_by_default_and_scored_exactly_when
     assert _hybrid_policy(Scope(session_id="s1")) == "ADHOC_BF"
 
     # Both policies rank alike (the default FLAT index is exact either way).
-    walked, _ = store.search(tenant_hex, vector=vectors[3], text=None, scope=Scope(states=("active",)), k=10)
-    exact, _ = store.search(tenant_hex, vector=vectors[3], text=None, scope=Scope(session_id="s1"), k=10)
+    walked, _, _ = store.search(
+        tenant_hex, vector=vectors[3], text=None, scope=Scope(states=("active",)), k=10
+    )
+    exact, _, _ = store.search(tenant_hex, vector=vectors[3], text=None, scope=Scope(session_id="s1"), k=10)
     assert turn_ids(walked) == turn_ids(exact) and len(walked) == 10
     assert walked[0].score == pytest.approx(1.0, abs=1e-5)
 
     # The outsider sees its own turns only, nearest first, even with the tenant's own vector.
     for query in (outsider_vectors[1], vectors[3]):
-        hits, _ = store.search(
+        hits, _, _ = store.search(
             outsider_hex, vector=query, text="ledger apples", scope=Scope(states=("active",)), k=10
         )
         assert len(hits) == 2 and all(h.doc_id.startswith(keys.tenant_tag(outsider_hex)) for h in hits)
@@ -98,7 +100,7 @@ def test_an_outsiders_text_does_not_move_a_tenants_bm25_scores(provided):
     tenant_hex = provided.tenant.id.hex
 
     def ranking():
-        _, hits = hot_store().search(
+        _, hits, _ = hot_store().search(
             tenant_hex, vector=None, text="harbour lights", scope=Scope(states=("active",)), k=10
         )
         return [(h.turn_id, round(h.score, 6)) for h in hits]
@@ -120,7 +122,7 @@ def test_replies_read_the_same_over_resp2_and_resp3(provided):
         store = HotStore(client=redis.Redis.from_url(settings.REDIS_URL, protocol=protocol))
         found[protocol] = store.search(
             tenant_hex, vector=vectors[2], text="ledger apples", scope=Scope(states=("active",)), k=10
-        )
+        )[:2]
     for by_vector, by_text in found.values():
         assert len(by_vector) == 5 and len(by_text) == 5
         assert by_vector[0].score == pytest.approx(1.0, abs=1e-5) and by_text[0].score > 0
@@ -144,7 +146,7 @@ def test_documents_of_the_shared_index_of_earlier_versions_are_found_through_the
     )
     store.forget_index_state()
 
-    hits, text_hits = store.search(
+    hits, text_hits, _ = store.search(
         tenant_hex, vector=vectors[4], text="ledger apples", scope=Scope(states=("active",)), k=30
     )
     assert hits[0].turn_id == ids[4] and {h.turn_id for h in hits} == set(ids) and len(text_hits) == 25
@@ -190,14 +192,14 @@ def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_o
     tenant_hex = provided.tenant.id.hex
     store = hot_store()
     query = vectors[2]
-    plain, text_hits = store.search(
+    plain, text_hits, _ = store.search(
         tenant_hex, vector=query, text="zeppelin", scope=Scope(states=("active",)), k=12
     )
     assert turn_ids(text_hits) == [ids[7]]
     assert turn_ids(plain)[0] == ids[2] and turn_ids(plain).index(ids[7]) > 0
 
     feedback = Feedback(docs=3, weight=2.0)
-    moved, moved_text = store.search(
+    moved, moved_text, _ = store.search(
         tenant_hex, vector=query, text="zeppelin", scope=Scope(states=("active",)), k=12, feedback=feedback
     )
     assert turn_ids(moved_text) == turn_ids(text_hits)
@@ -211,7 +213,7 @@ def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_o
     assert {h.turn_id for h in moved} <= set(ids)
 
     # No query words, or feedback off: the plain KNN list.
-    off, _ = store.search(
+    off, _, _ = store.search(
         tenant_hex,
         vector=query,
         text="zeppelin",
@@ -220,11 +222,11 @@ def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_o
         feedback=Feedback(docs=0, weight=0.5),
     )
     assert turn_ids(off) == turn_ids(plain)
-    no_words, none = store.search(
+    no_words, none, _ = store.search(
         tenant_hex, vector=query, text="the", scope=Scope(states=("active",)), k=12, feedback=feedback
     )
     assert none == [] and turn_ids(no_words) == turn_ids(plain)
-    unmatched, nothing = store.search(
+    unmatched, nothing, _ = store.search(
         tenant_hex, vector=query, text="quokka", scope=Scope(states=("active",)), k=12, feedback=feedback
     )
     assert nothing == [] and turn_ids(unmatched) == turn_ids(plain)
@@ -259,7 +261,7 @@ def test_a_restarted_redis_ranks_text_as_before_without_dead_records_from_its_lo
     url = settings.EMBEDDED_REDIS.url()
 
     def text_ranking():
-        _, hits = hot_store().search(
+        _, hits, _ = hot_store().search(
             tenant_hex, vector=None, text="apples pears", scope=Scope(states=("active",)), k=200
         )
         return [(h.turn_id, round(h.score, 6)) for h in hits]
@@ -313,7 +315,7 @@ def test_collecting_garbage_takes_removed_documents_out_of_bm25s_statistics(prov
         )
 
     def scores(tenant_hex):
-        _, hits = store.search(
+        _, hits, _ = store.search(
             tenant_hex, vector=None, text="apples pears", scope=Scope(states=("active",)), k=200
         )
         return [h.score for h in hits]

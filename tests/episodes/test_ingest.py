@@ -54,7 +54,7 @@ def test_a_thousand_turns_are_durable_and_every_hot_episode_is_findable(provided
     sample = Episode.objects.filter(tenant=provided.tenant).order_by("?")[:10]
     for episode in sample:
         first = episode.turns.order_by("seq").first()
-        hits, _ = store.search(
+        hits, _, _ = store.search(
             provided.tenant.id.hex,
             vector=first.embedding,
             text=None,

@@ -13,7 +13,7 @@ class Command(BaseCommand):
         "score) and one item per warm or cold hit (which covers every turn of its episode); Recall(any)@k: "
         "an evidence turn among the first k items; ES@k: share of the evidence turns covered; MRR; nDCG@10 "
         "with binary gains. Episodes: one item per returned hit, any layer; Recall@3/5/10 and MRR. Tokens: "
-        "the results' JSON at limit 10 (hits in snippets, as search returns them), WordPiece tokens of the "
+        "the results' JSON at limit 10 (compact hits, as search returns them by default), WordPiece tokens of the "
         "local embedding model; and how often an evidence turn's text is among those results. Generated "
         "observation/summary fields are never indexed."
     )
