@@ -50,11 +50,13 @@ def episodes_index_hot(tenant_id: Any, episode_ids: Sequence[int]) -> int:
     return indexed
 
 
-def window_text(turns: Sequence[Turn], i: int) -> str:
+def window_text(turns: Sequence[Turn], i: int, *, indexed: bool = False) -> str:
     """A turn with its neighbours in the episode. A reply often only makes sense next to what it
     answers ("Yes, last Tuesday"), so the hot index searches turns in their local context
-    (docs/decisions/0003)."""
-    parts = [turns[j].text for j in (i - 1, i, i + 1) if 0 <= j < len(turns)]
+    (docs/decisions/0003). ``indexed``: as full text reads them (``Turn.index_text``)."""
+    parts = [
+        (indexed and turns[j].index_text) or turns[j].text for j in (i - 1, i, i + 1) if 0 <= j < len(turns)
+    ]
     return "\n".join(parts)
 
 
@@ -81,7 +83,7 @@ def turn_documents(episode: Episode, turns: list[Turn]) -> list[TurnDoc]:
             for j in (i - 1, i + 1):
                 if 0 <= j < len(turns) and turns[j].embedding is not None:
                     vector += 0.5 * np.asarray(turns[j].embedding, dtype=np.float32)
-        docs.append(TurnDoc(turn=turn, text=window_text(turns, i), vector=_normalise(vector)))
+        docs.append(TurnDoc(turn=turn, text=window_text(turns, i, indexed=True), vector=_normalise(vector)))
     return docs
 
 

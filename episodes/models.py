@@ -15,6 +15,7 @@ from memory_platform.conf import DEFAULTS
 from memory_platform.tenancy.models import Tenant
 
 from . import public_ids
+from .language import TEXT_CONFIG, Language
 
 EMBEDDING_DIM = int(DEFAULTS["EMBEDDING_DIM"])
 
@@ -116,9 +117,13 @@ class Episode(models.Model):
 
     # search
     embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
-    search_text = models.TextField(blank=True, default="", help_text="the text of the current layer's shape")
+    search_text = models.TextField(
+        blank=True,
+        default="",
+        help_text="the text of the current layer's shape, as full text reads it (``language.index_text``)",
+    )
     search_vector = models.GeneratedField(
-        expression=SearchVector("search_text", config="english"),
+        expression=SearchVector("search_text", config=TEXT_CONFIG),
         output_field=SearchVectorField(),
         db_persist=True,
     )
@@ -201,12 +206,16 @@ class Turn(models.Model):
     occurred_at = models.DateTimeField(help_text="when it was said (event time)")
     ingested_at = models.DateTimeField(default=timezone.now, help_text="when the platform received it")
     metadata = models.JSONField(default=dict, blank=True)
-    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
-    search_vector = models.GeneratedField(
-        expression=SearchVector("text", config="english"),
-        output_field=SearchVectorField(),
-        db_persist=True,
+    language = models.CharField(
+        max_length=2,
+        choices=Language.choices,
+        default=Language.ENGLISH,
+        help_text="the caller's, the tenant policy's, or read off the text (``episodes.language``)",
     )
+    #: The text as full text reads it when that differs from ``text`` (Chinese segmented into
+    #: words: ``language.index_text``); NULL otherwise. Packed turns' ``window_vector`` reads it.
+    index_text = models.TextField(null=True, blank=True, editable=False)
+    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
     context_embedding = VectorField(
         dimensions=EMBEDDING_DIM,
         null=True,

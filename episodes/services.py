@@ -23,6 +23,7 @@ from memory_platform.tenancy.models import Tenant
 
 from .extraction import extract_decisions, extract_entities
 from .indexing import _normalise, episodes_index_hot, hot_remove
+from .language import has_han, index_text, language_of
 from .models import SEARCH_TEXT_LIMIT, Episode, Layer, Link, LinkKind, Role, State, Turn, turn_hot_bytes
 from .scope import Scope
 from .segmentation import OpenEpisode, SegmentationRules, starts_new_episode
@@ -48,6 +49,8 @@ class TurnInput:
     metadata: dict[str, Any] = field(default_factory=dict)
     episode_boundary: bool = False
     vector: np.ndarray | None = None
+    #: "en", "ru" or "zh"; "" reads it off the text (``language.language_of``).
+    language: str = ""
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,8 @@ def _ingest_scope(
                     seq=last_seq,
                     role=turn.role,
                     text=turn.text,
+                    language=language_of(turn.text, given=turn.language),
+                    index_text=_index_text(turn.text),
                     occurred_at=occurred_at,
                     ingested_at=now,
                     metadata=turn.metadata,
@@ -248,6 +253,11 @@ def _ingest_scope(
         if vector is not None:
             state.centroid_sum = vector.copy() if state.centroid_sum is None else state.centroid_sum + vector
         open_episode._centroid_sum = state.centroid_sum  # type: ignore[attr-defined]
+
+
+def _index_text(text: str) -> str | None:
+    """``Turn.index_text``: set only where full text reads the turn otherwise than its text."""
+    return index_text(text) if has_han(text) else None
 
 
 def _title(text: str) -> str:
@@ -274,7 +284,7 @@ def _refresh_episodes(episodes: Iterable[Episode], new_turns: Sequence[Turn]) ->
         episode.decisions = _merge(episode.decisions, extract_decisions(joined), 50)
         episode.raw_chars += sum(len(t) for t in texts)
         episode.hot_bytes += sum(turn_hot_bytes(t) for t in texts)
-        episode.search_text = (episode.search_text + "\n" + joined).strip()[:SEARCH_TEXT_LIMIT]
+        episode.search_text = (episode.search_text + "\n" + index_text(joined)).strip()[:SEARCH_TEXT_LIMIT]
         episode.needs_reindex = True
         episode.version = F("version") + 1  # type: ignore[assignment]
         episode.save(
@@ -346,6 +356,8 @@ class MemoryInput:
     scope: Scope = Scope.owner()
     occurred_at: datetime | None = None
     vector: np.ndarray | None = None
+    #: As ``TurnInput.language``.
+    language: str = ""
 
 
 def memory_create(
@@ -373,7 +385,7 @@ def memory_create(
             decisions=extract_decisions(memory.text),
             raw_chars=len(memory.text),
             hot_bytes=turn_hot_bytes(memory.text),
-            search_text=memory.text[:SEARCH_TEXT_LIMIT],
+            search_text=index_text(memory.text)[:SEARCH_TEXT_LIMIT],
             needs_reindex=True,
         )
         Turn.objects.create(
@@ -383,6 +395,8 @@ def memory_create(
             seq=0,
             role=Role.MEMORY,
             text=memory.text,
+            language=language_of(memory.text, given=memory.language),
+            index_text=_index_text(memory.text),
             occurred_at=occurred_at,
             ingested_at=now,
             metadata=memory.metadata,

@@ -77,6 +77,7 @@ def turn_body(turn: Any) -> dict[str, Any]:
         "seq": turn.seq,
         "role": turn.role,
         "text": turn.text,
+        "language": turn.language,
         "occurred_at": _iso(turn.occurred_at),
         "metadata": turn.metadata,
     }

@@ -18,6 +18,7 @@ from django.db.models.lookups import Exact, LessThanOrEqual
 from django.utils import timezone
 from fsrs.scheduler import DEFAULT_PARAMETERS, Scheduler
 
+from episodes.language import Language
 from memory_platform.conf import memory_settings
 from memory_platform.tenancy.models import Tenant
 
@@ -161,6 +162,15 @@ class MemoryPolicy(models.Model):
     priority_frequency_cap = _n(20, "seed 003 priority: access count at which the frequency term is full")
     priority_hot_above = _f(0.7, "seed 003: priority above this is hot")
     priority_cold_at_or_below = _f(0.3, "seed 003: priority at or below this is cold")
+
+    # languages (episodes.language)
+    language = models.CharField(
+        max_length=4,
+        choices=[("auto", "read off each turn's script"), *Language.choices],
+        default="auto",
+        help_text="The language of turns and memories that do not name theirs: 'auto' reads it off the "
+        "text (Chinese characters, Cyrillic or Latin letters); a language here is taken as it is.",
+    )
 
     # retrieval (seed 004)
     rrf_vector_weight = _f(_setting("RRF_VECTOR_WEIGHT"), "seed 004 RRF: weight of the vector ranking")

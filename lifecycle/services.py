@@ -8,6 +8,7 @@ delete proposals and their decisions), ``forgetting`` (soft forget, ForgetByThre
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -15,6 +16,7 @@ from django.db import transaction
 from django.db.models import F
 
 from episodes import services as episode_services
+from episodes.language import language_of
 from episodes.models import Episode, Layer
 from episodes.services import (
     ConflictError,
@@ -64,6 +66,10 @@ def turns_ingest(
     *, tenant: Tenant, turns: Sequence[TurnInput], now: datetime, asynchronous: bool = False
 ) -> IngestResult:
     """Append turns, segmented by the tenant's policy, its hot tier kept within its quota."""
+    default = policy_for(tenant).language
+    turns = [
+        dataclasses.replace(t, language=language_of(t.text, given=t.language, default=default)) for t in turns
+    ]
     return episode_services.turns_ingest(
         tenant=tenant,
         turns=turns,
@@ -76,9 +82,10 @@ def turns_ingest(
 
 def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Episode:
     """An explicit memory (a fact, a preference), its tenant's hot tier kept within its quota."""
+    given = language_of(memory.text, given=memory.language, default=policy_for(tenant).language)
     return episode_services.memory_create(
         tenant=tenant,
-        memory=memory,
+        memory=dataclasses.replace(memory, language=given),
         now=now,
         make_room=lambda ids: make_room(tenant=tenant, now=now, arriving=ids),
     )

@@ -24,6 +24,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
+from episodes.language import index_text
 from episodes.models import SEARCH_TEXT_LIMIT, Episode, Layer, State
 
 from .compression import ColdShape, WarmShape, cold_index_text
@@ -126,7 +127,7 @@ def promote(
         fields = {
             "layer": Layer.HOT,
             "restored_at": move.now,
-            "search_text": turns_text[:SEARCH_TEXT_LIMIT],
+            "search_text": index_text(turns_text)[:SEARCH_TEXT_LIMIT],
             "needs_reindex": True,
             **also,
         }
@@ -152,7 +153,7 @@ def demote_to_warm(episode: Episode, warm: WarmShape, *, move: Move, reason: str
             "key_points": warm.key_points,
             "entities": warm.entities,
             "decisions": warm.decisions,
-            "search_text": warm.text()[:SEARCH_TEXT_LIMIT],
+            "search_text": index_text(warm.text())[:SEARCH_TEXT_LIMIT],
             "packed_chars": warm.chars,
             # Redis still holds its documents until the removal after commit succeeds.
             "needs_reindex": True,
@@ -193,7 +194,7 @@ def demote_to_cold(episode: Episode, cold: ColdShape, *, move: Move) -> bool:
             "layer": Layer.COLD,
             "headline": packed.headline,
             "keywords": packed.tags,
-            "search_text": cold_index_text(packed, list(episode.entities)),
+            "search_text": index_text(cold_index_text(packed, list(episode.entities))),
             "packed_chars": packed.chars,
         }
         if not _write(episode, Layer.WARM, fields):

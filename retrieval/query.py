@@ -35,3 +35,5 @@ class SearchQuery:
     #: no threshold). The similarity is the highest between the query's embedding and any turn of
     #: the hit's episode, whatever its layer: it means the same for every query.
     min_score: float | None = None
+    #: Rank by the full-text lists alone (no query vector): how `evaluate` measures the analysers.
+    text_only: bool = False

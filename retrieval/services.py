@@ -109,6 +109,8 @@ def query_embedded(tenant: Tenant) -> bool:
 
 
 def query_vector(tenant: Tenant, query: SearchQuery) -> np.ndarray | None:
+    if query.text_only:
+        return None
     if query.vector is not None:
         return query.vector
     embedder = get_embedder(tenant.embedder)

@@ -17,6 +17,7 @@ from memory_platform.api.serializers import (
 from memory_platform.conf import memory_settings
 
 from .. import public_ids
+from ..language import Language
 from ..models import LinkKind, Role
 from ..scope import OWNER_FIELDS, Scope
 
@@ -79,6 +80,15 @@ class ScopeMixin(serializers.Serializer):
     session_id = scope_field()
 
 
+def language_field() -> serializers.ChoiceField:
+    return serializers.ChoiceField(
+        choices=Language.values,
+        required=False,
+        help_text="The text's language: en, ru or zh. Without it, the tenant policy's language, or read off "
+        "the text's script (Chinese characters, Cyrillic or Latin letters).",
+    )
+
+
 class TurnInSerializer(StrictSerializer, ScopeMixin):
     role = serializers.ChoiceField(choices=[r for r in Role.values if r != Role.MEMORY])
     text = text_field()
@@ -86,6 +96,7 @@ class TurnInSerializer(StrictSerializer, ScopeMixin):
     metadata = MetadataField(required=False, default=dict)
     episode_boundary = serializers.BooleanField(required=False, default=False)
     vector = VectorField()
+    language = language_field()
 
     def validate_text(self, value: str) -> str:
         if not value.strip():
@@ -126,6 +137,7 @@ class MemoryInSerializer(StrictSerializer, ScopeMixin):
     anchor = serializers.BooleanField(required=False, default=False)
     occurred_at = serializers.DateTimeField(required=False)
     vector = VectorField()
+    language = language_field()
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if self.context["tenant"].embedder == "provided" and attrs.get("vector") is None:

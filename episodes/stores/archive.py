@@ -13,6 +13,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 from django.db import connection
 
+from episodes.language import TEXT_CONFIG, query_text
 from episodes.models import Layer
 from memory_platform import db
 from memory_platform.ttl_cache import ttl_cached
@@ -37,17 +38,18 @@ RESCORED = 2
 _packed_count_cache: dict[str, tuple[float, Any]] = {}
 
 
-# The query's lexemes: all of them (NULL when it has none) ...
-_ALL_WORDS_QUERY = "(SELECT plainto_tsquery('english', %s) AS query)"
+# The query's lexemes (``language.TEXT_CONFIG``; the query as ``language.query_text`` gives it):
+# all of them (NULL when it has none) ...
+_ALL_WORDS_QUERY = f"(SELECT plainto_tsquery('{TEXT_CONFIG}', %s) AS query)"
 # ... any one of them ...
 _ANY_WORD_QUERY = (
     "(SELECT NULLIF(string_agg(quote_literal(l), ' | '), '')::tsquery AS query "
-    "FROM unnest(tsvector_to_array(to_tsvector('english', %s))) l)"
+    f"FROM unnest(tsvector_to_array(to_tsvector('{TEXT_CONFIG}', %s))) l)"
 )
 # ... or any two of them (NULL when it has fewer than two).
 _TWO_WORDS_QUERY = (
     "(SELECT NULLIF(string_agg(quote_literal(a) || ' & ' || quote_literal(b), ' | '), '')::tsquery AS query "
-    "FROM (SELECT tsvector_to_array(to_tsvector('english', %s)) AS ls) x, unnest(x.ls) a, unnest(x.ls) b "
+    f"FROM (SELECT tsvector_to_array(to_tsvector('{TEXT_CONFIG}', %s)) AS ls) x, unnest(x.ls) a, unnest(x.ls) b "
     "WHERE a < b)"
 )
 
@@ -191,6 +193,7 @@ def text_search(
     word after its stopwords matches a large share of a big tenant.)"""
     if not text.strip():
         return []
+    text = query_text(text)
     exact, shapes, where, params = _plan(tenant_id, scope, raw_turns)
     broad = _ANY_WORD_QUERY if exact else _TWO_WORDS_QUERY
     cap = TEXT_CANDIDATES_EXACT if exact else TEXT_CANDIDATES

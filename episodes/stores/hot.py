@@ -6,9 +6,7 @@ tenant, never a raw filter or index.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -20,11 +18,11 @@ from redis.commands.search.index_definition import IndexDefinition, IndexType
 from redisvl.query import BaseQuery, CountQuery, FilterQuery, TextQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Num, Tag
 from redisvl.schema import IndexSchema
-from redisvl.utils.stopwords import get_stopwords
 
 from memory_platform.conf import memory_settings
 from memory_platform.redis_client import get_redis, info_field, refusing_writes
 
+from .. import language
 from ..scope import OWNER_FIELDS, Scope
 from . import hot_replies, keys
 from .hot_replies import HotHit
@@ -48,19 +46,11 @@ INITIAL_SCAN_WAIT = 30.0
 # RediSearch's scorer for the hot tier's full text (seed 004: BM25).
 TEXT_SCORER = "BM25STD"
 
-# Query words only: punctuation would reach RediSearch escaped ("group\\?") and match nothing.
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-
-
-@functools.cache
-def _stopwords() -> frozenset[str]:
-    return frozenset(get_stopwords("english"))
-
 
 @dataclass(frozen=True)
 class TurnDoc:
     """What the hot index holds for one turn: its searchable text and vector (the caller decides
-    them: the turn with its neighbours, see episodes.services)."""
+    them: the turn with its neighbours as full text reads them, see ``indexing.turn_documents``)."""
 
     turn: Any
     text: str
@@ -175,7 +165,9 @@ class HotStore:
             try:
                 self.client.ft(name).create_index(
                     fields=schema.redis_fields,
-                    definition=IndexDefinition(prefix=[schema.index.prefix], index_type=IndexType.HASH),
+                    definition=IndexDefinition(
+                        prefix=[schema.index.prefix], index_type=IndexType.HASH, language_field="language"
+                    ),
                     skip_initial_scan=not backfill,
                 )
             except redis.ResponseError as exc:  # created meanwhile by another process
@@ -245,6 +237,7 @@ class HotStore:
                 doctype=keys.DOC_TURN,
                 role=doc.turn.role,
                 text=doc.text,
+                language=language.REDISEARCH[doc.turn.language],
                 occurred_at=_epoch(doc.turn.occurred_at),
                 turn_id=str(doc.turn.pk),
                 seq=str(doc.turn.seq),
@@ -370,7 +363,9 @@ class HotStore:
         answer)."""
         # Stopwords are dropped here, once (redisvl would send "@text:()", a syntax error, when
         # a query holds nothing else; and RediSearch 8.2 crashes on some unions of stopwords).
-        words = " ".join(w for w in _WORD.findall(text.lower()) if w not in _stopwords())
+        # Each document is analysed in its own language (its `language` field); the query in the
+        # language it is written in (Chinese segmented here, as the documents were).
+        words = " ".join(language.query_words(text))
         if not words:
             return []
         index = self.ensure_index(tenant_hex)
@@ -383,6 +378,7 @@ class HotStore:
             stopwords=None,
             text_scorer=TEXT_SCORER,
         )
+        query.language(language.REDISEARCH[language.query_language(text)])
         return hot_replies.hits(self._run(index, query)[0], distance=False)
 
     def vector_search(

@@ -49,6 +49,7 @@ class TurnRow(NamedTuple):
     text: str = ""
     occurred_at: datetime | None = None
     metadata: dict[str, Any] | None = None
+    language: str = ""
 
 
 @functools.cache
@@ -97,14 +98,14 @@ def turns_for(
         return out
     rows = db.fetch(
         "SELECT id, episode_id, seq, public_id, s.shown, role, CASE WHEN s.shown THEN text END, occurred_at, "
-        f"CASE WHEN s.shown THEN metadata END FROM {TURNS}, "
+        f"CASE WHEN s.shown THEN metadata END, language FROM {TURNS}, "
         "LATERAL (SELECT episode_id = ANY(%s) OR id = ANY(%s) AS shown) s "
         "WHERE tenant_id = %s AND episode_id = ANY(%s) ORDER BY episode_id, seq, id",
         [list(full), list(texts), tenant.pk, list(episode_ids)],
     )
-    for pk, episode_id, seq, public_id, shown, role, text, occurred_at, metadata in rows:
+    for pk, episode_id, seq, public_id, shown, role, text, occurred_at, metadata, language in rows:
         turn = (
-            TurnRow(pk, episode_id, seq, public_id, role, text, occurred_at, metadata or {})
+            TurnRow(pk, episode_id, seq, public_id, role, text, occurred_at, metadata or {}, language)
             if shown
             else TurnRow(pk, episode_id, seq, public_id)
         )

@@ -48,6 +48,7 @@ class MemoriesView(TenantAPIView):
                 scope=episode_serializers.owner_scope(d),
                 occurred_at=d.get("occurred_at"),
                 vector=d.get("vector"),
+                language=d.get("language", ""),
             ),
             now=timezone.now(),
         )
@@ -113,6 +114,7 @@ class TurnsView(TenantAPIView):
                 metadata={**data.get("metadata", {}), **t.get("metadata", {})},
                 episode_boundary=t.get("episode_boundary", False),
                 vector=t.get("vector"),
+                language=t.get("language", ""),
             )
             for t in data["turns"]
         ]

@@ -42,6 +42,16 @@ class Conversation:
     speakers: tuple[str, str]
     sessions: list[tuple[int, datetime, list[dict[str, Any]]]]
     questions: list[dict[str, Any]]
+    #: The conversation's language ("en", "ru", "zh"): the evaluation's own sets say it.
+    language: str = "en"
+
+
+#: Which row of the report a question counts in: LoCoMo's categories by default.
+Group = Callable[[Conversation, dict[str, Any]], str]
+
+
+def by_category(conversation: Conversation, question: dict[str, Any]) -> str:
+    return CATEGORIES[question["category"]]
 
 
 def load(path: Path) -> list[Conversation]:
@@ -64,6 +74,7 @@ def load(path: Path) -> list[Conversation]:
                 speakers=(conv["speaker_a"], conv["speaker_b"]),
                 sessions=sessions,
                 questions=[q for q in item["qa"] if q.get("category") in CATEGORIES],
+                language=item.get("language", "en"),
             )
         )
     return out
@@ -117,7 +128,11 @@ def evaluate_conversation(
     now: datetime,
     limit: int = 10,
     weights: RetrievalWeights | None = None,
+    group: Group = by_category,
+    text_only: bool = False,
 ) -> None:
+    """Every question of the conversation through ``search``; ``text_only``: the ranking the full-text
+    list alone makes (no query vector, so nothing enters through the vector list)."""
     episode_turns: dict[int, set[int]] = defaultdict(set)
     layer_of_turn: dict[int, str] = {}
     for turn_id, episode_id, layer in Turn.objects.filter(tenant=tenant).values_list(
@@ -137,14 +152,16 @@ def evaluate_conversation(
         started = time.perf_counter()
         result = search(
             tenant=tenant,
-            query=SearchQuery(text=question["question"], limit=limit, record_access=False),
+            query=SearchQuery(
+                text=question["question"], limit=limit, record_access=False, text_only=text_only
+            ),
             now=now,
             weights=weights,
         )
         report.latencies_ms.append((time.perf_counter() - started) * 1000)
         items = [{key} if kind == "turn" else episode_turns[key] for kind, key, _ in result.ranked_items()]
         report.add(
-            CATEGORIES[question["category"]],
+            group(conversation, question),
             "+".join(sorted({layer_of_turn[t] for t in evidence})),
             score_ranking(items, evidence),
             score_episodes([episode_turns[h.episode.pk] for h in result.hits], evidence),
@@ -165,6 +182,8 @@ def run(
     age: Callable[[Tenant, Conversation, datetime], None] | None = None,
     limit_conversations: int | None = None,
     weights: RetrievalWeights | None = None,
+    group: Group = by_category,
+    text_only: bool = False,
 ) -> dict[str, Any]:
     conversations = load(path)[:limit_conversations]
     report = Report()
@@ -184,7 +203,16 @@ def run(
             if age is not None:
                 age(tenant, conversation, now)
             log(f"{conversation.sample_id}: {len(conversation.questions)} questions")
-            evaluate_conversation(conversation, tenant, dia_to_turn, report, now, weights=weights)
+            evaluate_conversation(
+                conversation,
+                tenant,
+                dia_to_turn,
+                report,
+                now,
+                weights=weights,
+                group=group,
+                text_only=text_only,
+            )
             report.conversations += 1
     finally:
         if not keep:

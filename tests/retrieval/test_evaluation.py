@@ -9,6 +9,7 @@ from django.core.management import call_command
 
 from episodes.models import Turn
 from memory_platform.tenancy.models import Tenant
+from retrieval.evaluation import multilingual
 from retrieval.evaluation.locomo import load, normalise_evidence, turn_text
 from retrieval.evaluation.metrics import count_tokens, score_episodes, score_ranking
 
@@ -164,3 +165,70 @@ def test_evaluate_command_runs_every_question_through_search_and_cleans_up(tmp_p
     call_command("evaluate", "locomo", str(path), "--json")
     capsys.readouterr()
     assert set(Tenant.objects.values_list("pk", flat=True)) == before | {tenant.pk}
+
+
+def test_evaluate_multilingual_reports_each_language_on_full_text_alone_and_fused(tmp_path, capsys):
+    def session(speakers, texts):
+        return [{"speaker": speakers[i % 2], "dia_id": f"D1:{i + 1}", "text": t} for i, t in enumerate(texts)]
+
+    data = [
+        {
+            "sample_id": "ru-x",
+            "language": "ru",
+            "conversation": {
+                "speaker_a": "Олег",
+                "speaker_b": "Ира",
+                "session_1_date_time": "1:56 pm on 8 May, 2023",
+                "session_1": session(
+                    ("Олег", "Ира"),
+                    [
+                        "Релиз переносим из-за бага в платёжном модуле",
+                        "Понятно",
+                        "Кот Барсик заболел",
+                        "Жаль",
+                    ],
+                ),
+            },
+            "qa": [
+                {
+                    "question": "Что с платёжным модулем?",
+                    "evidence": ["D1:1"],
+                    "category": 4,
+                    "match": "inflected",
+                },
+                {"question": "Как здоровье питомца?", "evidence": ["D1:3"], "category": 4, "match": "none"},
+            ],
+        },
+        {
+            "sample_id": "zh-x",
+            "language": "zh",
+            "conversation": {
+                "speaker_a": "李娜",
+                "speaker_b": "王伟",
+                "session_1_date_time": "1:56 pm on 8 May, 2023",
+                "session_1": session(
+                    ("李娜", "王伟"), ["我们决定使用PostgreSQL作为主数据库", "好的", "周末去爬山", "好"]
+                ),
+            },
+            "qa": [
+                {
+                    "question": "用的是哪个数据库？",
+                    "evidence": ["D1:1"],
+                    "category": 4,
+                    "match": "unsegmented",
+                }
+            ],
+        },
+    ]
+    path = tmp_path / "ml.json"
+    path.write_text(json.dumps(data, ensure_ascii=False))
+    call_command("evaluate", "multilingual", str(path), "--json")
+    result = json.loads(capsys.readouterr().out)
+    text, fused = result["text_only"], result["fused"]
+    assert set(fused["per_category"]) == {"ru inflected", "ru none", "zh unsegmented"}
+    assert text["per_category"]["ru inflected"]["recall5"] == 1.0
+    assert text["per_category"]["zh unsegmented"]["mrr"] == 1.0
+    # Full text alone finds nothing for a question that shares no word with its answer.
+    assert text["per_category"]["ru none"]["recall10"] == 0.0
+    assert {"ru", "zh"} == set(multilingual.per_language(fused))
+    assert not Tenant.objects.filter(name__startswith="locomo-ru-x").exists()

@@ -15,12 +15,14 @@ class Command(BaseCommand):
         "with binary gains. Episodes: one item per returned hit, any layer; Recall@3/5/10 and MRR. Tokens: "
         "the results' JSON at limit 10 (compact hits, as search returns them by default), WordPiece tokens of the "
         "local embedding model; and how often an evidence turn's text is among those results. Generated "
-        "observation/summary fields are never indexed."
+        "observation/summary fields are never indexed. `evaluate multilingual [PATH]`: the project's own Chinese "
+        "and Russian set (retrieval/evaluation/data/multilingual.json by default), every question on the "
+        "full-text lists alone and on the fused ranking, Recall@5/@10 and MRR per language and per match kind."
     )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("dataset", choices=["locomo"])
-        parser.add_argument("path", type=Path)
+        parser.add_argument("dataset", choices=["locomo", "multilingual"])
+        parser.add_argument("path", type=Path, nargs="?", default=None)
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--keep", action="store_true", help="keep the evaluation tenants")
         parser.add_argument("--conversations", type=int, default=None, help="only the first N conversations")
@@ -37,11 +39,23 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
-        from retrieval.evaluation import locomo
+        from retrieval.evaluation import locomo, multilingual
 
+        if opts["path"] is None:
+            if opts["dataset"] == "locomo":
+                raise CommandError("evaluate locomo takes the dataset's path")
+            opts["path"] = multilingual.DATA
         if not opts["path"].exists():
             raise CommandError(f"no such file: {opts['path']}")
         log = (lambda m: self.stderr.write(m)) if opts["json"] else (lambda m: self.stdout.write(m))
+        if opts["dataset"] == "multilingual":
+            if opts["age"] or opts["weights"]:
+                raise CommandError("evaluate multilingual takes neither --age nor --weights")
+            found = multilingual.run(
+                opts["path"], log=log, keep=opts["keep"], limit_conversations=opts["conversations"]
+            )
+            self.stdout.write(json.dumps(found) if opts["json"] else multilingual.format_report(found))
+            return
         weights = None
         if opts["weights"]:
             import dataclasses

@@ -1,0 +1,136 @@
+"""The languages memory is kept in, and how full text reads each (seed 004: BM25 over Chinese and
+English; the seeds themselves are Russian and Chinese).
+
+A turn's language is the caller's when given, else the tenant policy's when it names one, else
+read off its script (``detect``): Chinese characters, Cyrillic or Latin letters. It decides how the
+hot index analyses the turn (RediSearch's per-document language: Snowball stemming for English
+and Russian, ``chinese`` for Chinese) and, later, extraction and summaries.
+
+Both tiers read Chinese the same way: segmented into words by ``jieba`` in Python
+(``index_text``), since neither analyser would find "数据库" inside "作为主数据库" on its own
+(docs/decisions/0024). Postgres then analyses every row with one configuration, ``TEXT_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from typing import Any
+
+from django.db import models
+
+#: Postgres's built-in ``russian`` configuration stems Cyrillic words with Snowball's Russian
+#: stemmer and Latin ones with the English stemmer and stopwords (``asciiword`` maps to
+#: ``english_stem``), and keeps Chinese words (segmented beforehand) whole: one configuration for
+#: the three languages, so a row's analysis never depends on a guess of its language, and a
+#: Russian turn's English terms match an English query. On English text it gives the ``english``
+#: configuration's lexemes exactly (checked on 47,520 LoCoMo turns: docs/decisions/0024).
+TEXT_CONFIG = "russian"
+
+
+class Language(models.TextChoices):
+    ENGLISH = "en", "English"
+    RUSSIAN = "ru", "Russian"
+    CHINESE = "zh", "Chinese"
+
+
+#: What RediSearch calls each language (its per-document ``LANGUAGE`` and per-query ``LANGUAGE``).
+REDISEARCH: dict[str, str] = {
+    Language.ENGLISH: "english",
+    Language.RUSSIAN: "russian",
+    Language.CHINESE: "chinese",
+}
+
+# CJK Unified Ideographs with extension A and the compatibility block; Cyrillic with its supplement.
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_HAN_RUN = re.compile(f"[{_HAN}]+")
+_CYRILLIC = re.compile("[\u0400-\u052f]")
+_LATIN = re.compile("[A-Za-z\u00c0-\u024f]")
+#: A Chinese character carries about a word, a Latin or Cyrillic letter a fifth of one: a turn
+#: with as many Chinese characters as a fifth of its letters is Chinese.
+_HAN_WEIGHT = 5
+
+#: A query's words: letters and digits of any script, without "_" (punctuation would reach
+#: RediSearch escaped, "group\\?", and match nothing).
+WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def detect(text: str) -> str | None:
+    """The language of ``text`` by its script, or None when it has no letters to tell by."""
+    han = sum(len(run) for run in _HAN_RUN.findall(text))
+    cyrillic = len(_CYRILLIC.findall(text))
+    latin = len(_LATIN.findall(text))
+    if not (han or cyrillic or latin):
+        return None
+    if han * _HAN_WEIGHT >= cyrillic + latin:
+        return Language.CHINESE
+    return Language.RUSSIAN if cyrillic > latin else Language.ENGLISH
+
+
+def language_of(text: str, *, given: str = "", default: str = "") -> str:
+    """A turn's language: the caller's (``given``), else the tenant's ``default`` (a policy naming
+    one; "" or "auto" to read it off the text), else the text's script, else English."""
+    if given:
+        return given
+    if default and default != "auto":
+        return default
+    return detect(text) or Language.ENGLISH
+
+
+@functools.cache
+def _jieba() -> Any:
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    jieba.initialize()  # the dictionary, once per process (about a second)
+    return jieba
+
+
+def _words(run: str) -> list[str]:
+    """A run of Chinese characters as its words, with the shorter words inside long ones
+    (``cut_for_search``: "数据库" also gives "数据"), so a word is found inside a longer one."""
+    return [w for w in _jieba().cut_for_search(run) if w.strip()]
+
+
+def has_han(text: str) -> bool:
+    return _HAN_RUN.search(text) is not None
+
+
+def index_text(text: str) -> str:
+    """``text`` as the full-text indexes read it: every run of Chinese characters segmented into
+    space-separated words; anything else as it is (so text without Chinese is returned unchanged)."""
+    if not has_han(text):
+        return text
+    return _HAN_RUN.sub(lambda m: " " + " ".join(_words(m.group())) + " ", text)
+
+
+@functools.cache
+def stopwords() -> frozenset[str]:
+    """Query words that tell nothing, in the three languages (the lists redisvl bundles, from NLTK)."""
+    from redisvl.utils.stopwords import get_stopwords
+
+    return frozenset().union(*(get_stopwords(name) for name in ("english", "russian", "chinese")))
+
+
+def query_words(text: str) -> list[str]:
+    """A query's words, lower-cased, Chinese segmented, stopwords of any of the languages dropped."""
+    return [w for w in WORD.findall(index_text(text).lower()) if w not in stopwords()]
+
+
+def query_text(text: str) -> str:
+    """A query as Postgres's parser should read it: Chinese segmented without its stopwords (the
+    configuration knows the English and Russian ones); text without Chinese unchanged."""
+    if not has_han(text):
+        return text
+    return _HAN_RUN.sub(
+        lambda m: " " + " ".join(w for w in _words(m.group()) if w not in stopwords()) + " ", text
+    )
+
+
+def query_language(text: str) -> str:
+    """The language a query is analysed in by the hot index (one per query: Chinese when it holds
+    Chinese, Russian when mostly Cyrillic, else English)."""
+    if has_han(text):
+        return Language.CHINESE
+    return detect(text) or Language.ENGLISH

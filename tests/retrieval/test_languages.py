@@ -1,0 +1,135 @@
+"""Memory in Chinese, Russian and English (issue 17): a turn's language, and full text that reads
+each language in the hot index and in Postgres alike."""
+
+import pytest
+from django.utils import timezone
+
+from episodes.language import Language, detect, index_text, language_of, query_words
+from episodes.models import Episode, Turn
+from lifecycle.models import policy_for
+from lifecycle.services import episode_pack
+from retrieval.query import SearchQuery
+from retrieval.services import search
+
+from ..conftest import pk
+from .test_search import turns
+
+RUSSIAN = "Мы решили перенести релиз на 15 декабря из-за бага в платёжном модуле"
+CHINESE = "我们决定使用PostgreSQL作为主数据库，Redis作为缓存"
+OTHERS = [
+    "the quarterly report is due on friday, finance wants the numbers early",
+    "we moved the standup to ten so the design team can join",
+    "Отпуск у Марины начинается в июле, она едет на Байкал",
+    "下周三我们去杭州出差，需要提前订酒店",
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (RUSSIAN, Language.RUSSIAN),
+        (CHINESE, Language.CHINESE),  # Chinese around Latin product names is Chinese
+        ("Let's ship the Redis upgrade on Monday", Language.ENGLISH),
+        ("Деплой через Kubernetes, как обычно", Language.RUSSIAN),
+        ("ok 好的", Language.CHINESE),
+        ("12:30 👍", None),
+    ],
+)
+def test_a_texts_language_is_read_off_its_script(text, expected):
+    assert detect(text) == expected
+
+
+def test_the_callers_language_wins_then_the_tenants_then_the_script():
+    assert language_of(RUSSIAN, given="zh", default="en") == "zh"
+    assert language_of(RUSSIAN, default="en") == "en"
+    assert language_of(RUSSIAN, default="auto") == "ru"
+    assert language_of("12:30") == "en"
+
+
+def test_chinese_is_read_as_words_and_other_text_is_left_as_it_is():
+    words = index_text(CHINESE).split()
+    assert {"数据库", "数据", "PostgreSQL", "缓存"} <= set(words)
+    assert index_text(RUSSIAN) == RUSSIAN
+    # Query words: stopwords of every language go ("的", "и", "the").
+    assert query_words("的 数据库 и the Платёжный") == ["数据", "据库", "数据库", "платёжный"]
+
+
+def text_ranks(tenant, query):
+    """The episodes the full-text lists alone rank for ``query``, best first, with their text rank."""
+    found = search(
+        tenant=tenant,
+        query=SearchQuery(text=query, text_only=True, explain=True, record_access=False),
+        now=timezone.now(),
+    )
+    return [(h.episode.pk, h.explain["text_rank"]) for h in found.hits]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("layer", ["hot", "warm", "cold"])
+def test_chinese_and_russian_turns_are_found_by_their_words_in_every_layer(caller, layer):
+    ids = {
+        name: pk(turns(caller, name, [text, "ok"])["episode_ids"][0])
+        for name, text in [("ru", RUSSIAN), ("zh", CHINESE)] + [(f"o{i}", t) for i, t in enumerate(OTHERS)]
+    }
+    assert dict(Turn.objects.filter(text__in=[RUSSIAN, CHINESE]).values_list("text", "language")) == {
+        RUSSIAN: "ru",
+        CHINESE: "zh",
+    }
+    if layer != "hot":
+        for episode_id in ids.values():
+            episode_pack(
+                tenant=caller.tenant, episode_id=episode_id, layer=layer, now=timezone.now(), actor="test"
+            )
+        assert set(Episode.objects.filter(pk__in=ids.values()).values_list("layer", flat=True)) == {layer}
+    tenant = caller.tenant
+    # The issue's two examples, first by the full-text list alone.
+    assert text_ranks(tenant, "数据库")[0] == (ids["zh"], 1)
+    assert text_ranks(tenant, "платёжный модуль")[0] == (ids["ru"], 1)
+    # An English word inside Chinese text; an inflected Russian query (another case, no ё);
+    # a Chinese word inside a longer one ("主数据库" holds "数据").
+    assert text_ranks(tenant, "PostgreSQL")[0][0] == ids["zh"]
+    assert text_ranks(tenant, "о платежных модулях")[0][0] == ids["ru"]
+    assert text_ranks(tenant, "数据")[0][0] == ids["zh"]
+    assert text_ranks(tenant, "релизы")[0][0] == ids["ru"]
+    # Words of neither text find neither.
+    assert not {ids["ru"], ids["zh"]} & {e for e, _ in text_ranks(tenant, "出差 酒店")}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turns_language_is_the_callers_or_the_tenants_and_shows(caller):
+    body = caller.post(
+        "/api/v1/turns",
+        {
+            "session_id": "s",
+            "turns": [
+                {"role": "user", "text": "Привет, это тест", "language": "en"},
+                {"role": "assistant", "text": "12:30"},
+            ],
+        },
+    )
+    assert body.status_code == 201
+    assert list(
+        Turn.objects.filter(tenant=caller.tenant).order_by("seq").values_list("language", flat=True)
+    ) == [
+        "en",
+        "en",
+    ]
+    policy = policy_for(caller.tenant)
+    policy.language = "zh"
+    policy.save()
+    memory = caller.post("/api/v1/memories", {"text": "12:30 meeting"}).json()
+    assert memory["turns"][0]["language"] == "zh"
+    refused = caller.post(
+        "/api/v1/turns", {"session_id": "s", "turns": [{"role": "user", "text": "x", "language": "fr"}]}
+    )
+    assert refused.status_code == 400 and "language" in str(refused.json())
+    assert Turn.objects.filter(tenant=caller.tenant).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_outsider_finds_nothing_of_anothers_chinese_or_russian(caller, outsider):
+    turns(caller, "ru", [RUSSIAN, "ok"])
+    turns(caller, "zh", [CHINESE, "ok"])
+    for query in ("数据库", "платёжный модуль", "PostgreSQL"):
+        assert outsider.post("/api/v1/search", {"query": query}).json()["results"] == []
+        assert text_ranks(outsider.tenant, query) == []
