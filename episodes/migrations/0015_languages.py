@@ -49,11 +49,30 @@ END $$;
 TURN_PACKED_BEFORE = importlib.import_module("episodes.migrations.0014_turn_window_vector").TURN_PACKED
 
 
-def _expression(config: str) -> str:
-    return (
-        "ALTER TABLE episodes_episode ALTER COLUMN search_vector SET EXPRESSION AS "
-        f"(to_tsvector('{config}'::regconfig, COALESCE(search_text, '')))"
-    )
+def _set_expression(config: str):
+    """The episodes' ``search_vector`` analysed by ``config``: in place on PostgreSQL 17+
+    (``SET EXPRESSION``); on 16, dropped and added again with its two GIN indexes."""
+
+    def run(apps, schema_editor):
+        expression = f"to_tsvector('{config}'::regconfig, COALESCE(search_text, ''))"
+        with schema_editor.connection.cursor() as cursor:
+            if schema_editor.connection.pg_version >= 170000:
+                cursor.execute(
+                    f"ALTER TABLE episodes_episode ALTER COLUMN search_vector SET EXPRESSION AS ({expression})"
+                )
+                return
+            cursor.execute("ALTER TABLE episodes_episode DROP COLUMN search_vector")
+            cursor.execute(
+                "ALTER TABLE episodes_episode ADD COLUMN search_vector tsvector "
+                f"GENERATED ALWAYS AS ({expression}) STORED"
+            )
+            cursor.execute("CREATE INDEX episode_search_vector ON episodes_episode USING gin (search_vector)")
+            cursor.execute(
+                "CREATE INDEX episode_packed_search_vector ON episodes_episode USING gin (search_vector) "
+                "WITH (fastupdate = off) WHERE layer IN ('warm', 'cold')"
+            )
+
+    return run
 
 
 def read_existing(apps, schema_editor):
@@ -137,12 +156,16 @@ class Migration(migrations.Migration):
                     name="search_vector",
                     field=models.GeneratedField(
                         db_persist=True,
-                        expression=django.contrib.postgres.search.SearchVector("search_text", config="russian"),
+                        expression=django.contrib.postgres.search.SearchVector(
+                            "search_text", config="russian"
+                        ),
                         output_field=django.contrib.postgres.search.SearchVectorField(),
                     ),
                 ),
             ],
-            database_operations=[migrations.RunSQL(_expression("russian"), _expression("english"))],
+            database_operations=[
+                migrations.RunPython(_set_expression("russian"), _set_expression("english"))
+            ],
         ),
         migrations.RunSQL(TURN_PACKED, TURN_PACKED_BEFORE),
         migrations.RunPython(read_existing, migrations.RunPython.noop),
