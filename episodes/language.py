@@ -97,12 +97,19 @@ def has_han(text: str) -> bool:
     return _HAN_RUN.search(text) is not None
 
 
+def _segmented(text: str, dropped: frozenset[str]) -> str:
+    """``text`` with every run of Chinese characters replaced by its words but ``dropped``."""
+    if not has_han(text):
+        return text
+    return _HAN_RUN.sub(
+        lambda m: " " + " ".join(w for w in _words(m.group()) if w not in dropped) + " ", text
+    )
+
+
 def index_text(text: str) -> str:
     """``text`` as the full-text indexes read it: every run of Chinese characters segmented into
     space-separated words; anything else as it is (so text without Chinese is returned unchanged)."""
-    if not has_han(text):
-        return text
-    return _HAN_RUN.sub(lambda m: " " + " ".join(_words(m.group())) + " ", text)
+    return _segmented(text, frozenset())
 
 
 @functools.cache
@@ -121,11 +128,7 @@ def query_words(text: str) -> list[str]:
 def query_text(text: str) -> str:
     """A query as Postgres's parser should read it: Chinese segmented without its stopwords (the
     configuration knows the English and Russian ones); text without Chinese unchanged."""
-    if not has_han(text):
-        return text
-    return _HAN_RUN.sub(
-        lambda m: " " + " ".join(w for w in _words(m.group()) if w not in stopwords()) + " ", text
-    )
+    return _segmented(text, stopwords())
 
 
 def query_language(text: str) -> str:

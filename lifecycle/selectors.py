@@ -15,8 +15,7 @@ from memory_platform.tenancy.models import Tenant
 from .models import MemoryPolicy, policy_for
 
 
-def segmentation_rules(tenant: Tenant) -> SegmentationRules:
-    policy = policy_for(tenant)
+def segmentation_rules(policy: MemoryPolicy) -> SegmentationRules:
     return SegmentationRules(
         gap_seconds=int(policy.episode_gap_seconds),
         split_similarity=float(policy.episode_split_similarity),

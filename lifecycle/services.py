@@ -66,15 +66,16 @@ def turns_ingest(
     *, tenant: Tenant, turns: Sequence[TurnInput], now: datetime, asynchronous: bool = False
 ) -> IngestResult:
     """Append turns, segmented by the tenant's policy, its hot tier kept within its quota."""
-    default = policy_for(tenant).language
+    policy = policy_for(tenant)  # one read for the turns' language and the segmentation rules
     turns = [
-        dataclasses.replace(t, language=language_of(t.text, given=t.language, default=default)) for t in turns
+        dataclasses.replace(t, language=language_of(t.text, given=t.language, default=policy.language))
+        for t in turns
     ]
     return episode_services.turns_ingest(
         tenant=tenant,
         turns=turns,
         now=now,
-        rules=segmentation_rules(tenant),
+        rules=segmentation_rules(policy),
         make_room=lambda ids: make_room(tenant=tenant, now=now, arriving=ids),
         asynchronous=asynchronous,
     )

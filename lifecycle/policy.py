@@ -1,0 +1,368 @@
+"""A tenant's memory policy (DESIGN §5). Registered with the app through ``lifecycle.models``.
+
+Every tunable of the four seeds is a field with the seed's default. Invariants live twice on
+purpose: ``clean()`` explains a bad value to an operator, the check constraints stop a bad value
+that arrives any other way (a shell, a bulk update, a migration).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.lookups import Exact, LessThanOrEqual
+from fsrs.scheduler import DEFAULT_PARAMETERS, Scheduler
+
+from episodes.language import Language
+from memory_platform.conf import memory_settings
+from memory_platform.tenancy.models import Tenant
+
+
+def setting_default(name: str) -> Any:
+    """A policy starts from the platform's ``MEMORY`` setting when there is one (memory_platform.conf)."""
+    return getattr(memory_settings, name)
+
+
+def default_fsrs_parameters() -> list[float]:
+    return list(DEFAULT_PARAMETERS)
+
+
+def _setting(name: str) -> functools.partial:
+    return functools.partial(setting_default, name)
+
+
+def _f(default: Any, help_text: str) -> models.FloatField:
+    return models.FloatField(default=default, help_text=help_text)
+
+
+def _n(default: Any, help_text: str) -> models.PositiveIntegerField:
+    return models.PositiveIntegerField(default=default, help_text=help_text)
+
+
+# Field groups for the invariants below (each checked by clean() and by a check constraint).
+# fmt: off
+NONNEG_FIELDS = (
+    "coef_in", "coef_out", "coef_access", "coef_traverse", "coef_recent_access", "coef_recent_link",
+    "coef_age", "adr_archive_after_days",
+)
+POSITIVE_FIELDS = (
+    "t_access_hours", "t_link_hours", "t_age_days", "priority_recency_days", "llm_timeout_seconds",
+    "tick_interval_minutes", "episode_gap_seconds", "episode_max_turns", "rrf_k", "warm_points_min",
+    "priority_frequency_cap", "adr_decay_factor", "adr_initial_weight", "warm_target_ratio",
+)
+PRIORITY_WEIGHTS = (
+    "priority_recency_weight", "priority_frequency_weight", "priority_anchor_weight",
+    "priority_relevance_weight",
+)
+UNIT_FIELDS = PRIORITY_WEIGHTS + (
+    "priority_hot_above", "priority_cold_at_or_below", "retrievability_hot_above",
+    "retrievability_cold_at_or_below", "forget_below_retrievability", "rrf_vector_weight",
+    "rrf_text_weight", "merge_similarity", "episode_split_similarity", "adr_decay_factor",
+    "adr_initial_weight", "adr_min_weight", "adr_archive_weight", "adr_archive_significance",
+    "warm_target_ratio",
+)
+# fmt: on
+STRICTLY_ORDERED_FIELDS = (
+    ("theta_delete", "theta_active"),
+    ("hot_days", "cold_days"),
+    ("priority_cold_at_or_below", "priority_hot_above"),
+    ("retrievability_cold_at_or_below", "retrievability_hot_above"),
+)
+
+
+def validate_base_url(value: str) -> None:
+    # URLValidator refuses single-label hosts, and an in-cluster service name ("http://llm:8000") is normal.
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError(f"llm_base_url must be an http(s) URL with a host (got {value!r}).")
+
+
+class Preset(models.TextChoices):
+    METABOLISM = "metabolism", "metabolism (seed 002)"
+    ADR = "adr", "ADR (seed 000)"
+    LSM = "lsm", "LSM (seed 003)"
+    FSRS = "fsrs", "FSRS-6 (seed 004)"
+
+
+class LayerRule(models.TextChoices):
+    ACTIVITY = "activity", "time since access, eviction by activity score (seeds 001/002)"
+    WEIGHT = "weight", "ADR archive rule: age, weight, significance (seed 000)"
+    PRIORITY = "priority", "priority thresholds (seed 003)"
+    RETRIEVABILITY = "retrievability", "FSRS-6 retrievability thresholds (seed 004)"
+
+
+class SummariserName(models.TextChoices):
+    EXTRACTIVE = "extractive", "extractive (offline, deterministic)"
+    LLM = "llm", "LLM (OpenAI-compatible chat endpoint, falls back to extractive)"
+
+
+class MemoryPolicy(models.Model):
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="policy")
+    preset = models.CharField(
+        max_length=12,
+        choices=Preset.choices,
+        default=Preset.METABOLISM,
+        help_text="The seed whose rules the policy was last set from; any field may be overridden after.",
+    )
+    layer_rule = models.CharField(
+        max_length=16,
+        choices=LayerRule.choices,
+        default=LayerRule.ACTIVITY,
+        help_text="Which rule decides an episode's layer (seeds 000-004).",
+    )
+
+    # activity score (seed 002)
+    coef_in = _f(1.0, "seed 002 activity score A: weight of ln(1+in_degree)")
+    coef_out = _f(0.8, "seed 002 activity score B: weight of ln(1+out_degree)")
+    coef_access = _f(1.2, "seed 002 activity score C: weight of ln(1+access_count)")
+    coef_traverse = _f(0.8, "seed 002 activity score D: weight of ln(1+traverse_count)")
+    coef_recent_access = _f(1.5, "seed 002 activity score E: weight of exp(-Δaccess/T_access)")
+    coef_recent_link = _f(1.0, "seed 002 activity score F: weight of exp(-Δlink/T_link)")
+    coef_age = _f(0.3, "seed 002 activity score G: penalty per T_age of age")
+    t_access_hours = _f(24.0, "seed 002 T_access (hours): time constant of the recent-access term")
+    t_link_hours = _f(72.0, "seed 002 T_link (hours): time constant of the recent-link term")
+    t_age_days = _f(30.0, "seed 002 T_age (days): age that costs G points")
+
+    # states and candidates (seed 002)
+    # Seed 002 gives no numbers. With the default coefficients an unused episode with one
+    # `continues` link scores about 0.7 - 0.3 * age/30d: -1.0 keeps it in default search for about
+    # half a year unused, -3.0 proposes deletion after about a year (never automatic).
+    theta_active = _f(-1.0, "seed 002 θ_active: score at or above which an episode is active")
+    theta_delete = _f(-3.0, "seed 002 θ_delete: score at or below which an episode may be a delete candidate")
+    delete_after_days = _n(180, "seed 002: a delete candidate must also be unaccessed this many days")
+    merge_similarity = _f(0.92, "seed 002 merge candidates: embedding cosine at or above this")
+    merge_max_links = _n(2, "seed 002 merge candidates: at most this many links (in + out)")
+    purge_grace_days = _n(
+        _setting("PURGE_GRACE_DAYS"), "DESIGN §4.9: soft-deleted data is recoverable this long"
+    )
+
+    # layers and LRU (seeds 000, 001, 003)
+    hot_days = _n(14, "seed 001/003: an episode not accessed this many days leaves hot")
+    cold_days = _n(90, "seed 001/003: an episode not accessed this many days goes cold")
+    hot_cap_per_session = _n(50, "seed 000: at most this many hot episodes per session")
+    hot_quota = _n(10_000, "DESIGN §3 LRU: at most this many hot episodes per tenant")
+    hot_quota_bytes = models.PositiveBigIntegerField(
+        default=_setting("HOT_QUOTA_BYTES"),
+        help_text="DESIGN §3 LRU: at most this many bytes of turn text and vectors hot per tenant; over it, "
+        "ingest sends the least recently used hot episodes to warm before indexing new ones",
+    )
+    warm_points_max = _n(8, "seed 001 warm gradient: key points kept at hot_days")
+    warm_points_min = _n(3, "seed 001 warm gradient: key points kept at cold_days")
+    promote_after_accesses = _n(3, "seed 001/003: accesses within hot_days that bring it back to hot")
+    priority_recency_weight = _f(0.3, "seed 003 priority: maximum of the recency term")
+    priority_frequency_weight = _f(0.2, "seed 003 priority: maximum of the frequency term")
+    priority_anchor_weight = _f(0.3, "seed 003 priority: importance of an anchor")
+    priority_relevance_weight = _f(0.2, "seed 003 priority: maximum of the query relevance term")
+    priority_recency_days = _f(14.0, "seed 003 priority: recency decays as exp(-days since access / this)")
+    priority_frequency_cap = _n(20, "seed 003 priority: access count at which the frequency term is full")
+    priority_hot_above = _f(0.7, "seed 003: priority above this is hot")
+    priority_cold_at_or_below = _f(0.3, "seed 003: priority at or below this is cold")
+
+    # languages (episodes.language)
+    language = models.CharField(
+        max_length=4,
+        choices=[("auto", "read off each turn's script"), *Language.choices],
+        default="auto",
+        help_text="The language of turns and memories that do not name theirs: 'auto' reads it off the "
+        "text (Chinese characters, Cyrillic or Latin letters); a language here is taken as it is.",
+    )
+
+    # retrieval (seed 004)
+    rrf_vector_weight = _f(_setting("RRF_VECTOR_WEIGHT"), "seed 004 RRF: weight of the vector ranking")
+    rrf_text_weight = _f(_setting("RRF_TEXT_WEIGHT"), "seed 004 RRF: weight of the BM25 ranking")
+    rrf_k = models.PositiveIntegerField(default=_setting("RRF_K"), help_text="seed 004 RRF constant k")
+
+    # FSRS-6 (seed 004)
+    fsrs_parameters = models.JSONField(
+        default=default_fsrs_parameters,
+        help_text="seed 004 FSRS-6: the 21 model weights (default: the fsrs package's defaults)",
+    )
+    desired_retention = _f(0.9, "seed 004 FSRS-6: desired retention, strictly between 0 and 1")
+    retrievability_hot_above = _f(0.8, "seed 004 layer rule: retrievability above this is hot")
+    retrievability_cold_at_or_below = _f(0.6, "seed 004 layer rule: retrievability at or below this is cold")
+    forget_below_retrievability = _f(0.3, "seed 004 ForgetByThreshold: default retrievability threshold")
+
+    # ADR (seed 000)
+    adr_initial_weight = _f(1.0, "seed 000: weight w0 of a new entry")
+    adr_decay_factor = _f(0.99, "seed 000: w = w0 · decay_factor ** age_days")
+    adr_min_weight = _f(0.0, "seed 000: the weight never falls below this")
+    adr_archive_after_days = _f(1.0, "seed 000 archive rule: age (days) above which an entry is archived")
+    adr_archive_weight = _f(0.3, "seed 000 archive rule: weight below which an entry is archived")
+    adr_archive_significance = _f(0.5, "seed 000 archive rule: significance (seed 003 priority) below this")
+    activation_limit = _n(_setting("ACTIVATION_LIMIT"), "seed 000 activation: top N by significance")
+
+    # operations and segmentation (seed 002 tick, DESIGN §3)
+    tick_interval_minutes = _n(60, "seed 002 tick period (seed suggests 6-24 h; 1 h keeps layers fresh)")
+    episode_gap_seconds = _n(
+        _setting("EPISODE_GAP_SECONDS"), "seed 003 episodes: a gap this long opens a new one"
+    )
+    episode_split_similarity = _f(
+        _setting("EPISODE_SPLIT_SIMILARITY"), "seed 003 episodes: similarity below this opens a new one"
+    )
+    episode_max_turns = _n(_setting("EPISODE_MAX_TURNS"), "seed 003 episodes: at most this many turns")
+
+    # summariser (seed 003 §3.3, DESIGN §6)
+    summariser = models.CharField(
+        max_length=12,
+        choices=SummariserName.choices,
+        default=SummariserName.EXTRACTIVE,
+        help_text="seed 003 compression: how hot episodes are packed to warm and cold",
+    )
+    warm_target_ratio = _f(0.25, "seed 003 F3/NF4: the warm shape aims at this share of the raw text")
+    search_packed_turns = models.BooleanField(
+        default=True,
+        help_text="seed 001 trade-off: also find warm and cold episodes through their raw turns (vectors and "
+        "full text of the log Postgres keeps whole). Off: only through the packed shape and its centroid, the "
+        "seed's 'small index' (on LoCoMo, aged Recall@10 falls about 0.1 below all-hot). What is returned "
+        "stays the packed shape either way.",
+    )
+    llm_base_url = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        validators=[validate_base_url],
+        help_text="OpenAI-compatible base URL, e.g. http://llm:8000/v1 (POSTs to <base>/chat/completions)",
+    )
+    llm_model = models.CharField(max_length=200, blank=True, default="")
+    llm_api_key = models.CharField(max_length=500, blank=True, default="", help_text="sent as a Bearer token")
+    llm_timeout_seconds = _f(20.0, "the LLM summariser gives up (and falls back) after this long")
+
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "memory policies"
+        constraints = [
+            *(
+                models.CheckConstraint(condition=Q(**{f"{name}__gte": 0}), name=f"policy_{name}_nonneg")
+                for name in NONNEG_FIELDS
+            ),
+            *(
+                models.CheckConstraint(condition=Q(**{f"{name}__gt": 0}), name=f"policy_{name}_positive")
+                for name in POSITIVE_FIELDS
+            ),
+            *(
+                models.CheckConstraint(
+                    condition=Q(**{f"{name}__gte": 0, f"{name}__lte": 1}), name=f"policy_{name}_unit"
+                )
+                for name in UNIT_FIELDS
+            ),
+            *(
+                models.CheckConstraint(condition=Q(**{f"{low}__lt": F(high)}), name=f"policy_{low}_ordered")
+                for low, high in STRICTLY_ORDERED_FIELDS
+            ),
+            models.CheckConstraint(
+                condition=Q(warm_points_min__lte=F("warm_points_max")), name="policy_warm_points_ordered"
+            ),
+            models.CheckConstraint(
+                condition=Q(desired_retention__gt=0, desired_retention__lt=1), name="policy_retention_open"
+            ),
+            models.CheckConstraint(
+                condition=LessThanOrEqual(
+                    F("priority_recency_weight")
+                    + F("priority_frequency_weight")
+                    + F("priority_anchor_weight")
+                    + F("priority_relevance_weight"),
+                    1.0,
+                ),
+                name="policy_priority_weights_sum",
+            ),
+            models.CheckConstraint(
+                condition=Q(preset__in=Preset.values)
+                & Q(layer_rule__in=LayerRule.values)
+                & Q(summariser__in=SummariserName.values),
+                name="policy_choices_known",
+            ),
+            # jsonb_array_length raises on a non-array, so the type is tested first inside a CASE.
+            models.CheckConstraint(
+                condition=models.Case(
+                    models.When(
+                        Exact(models.Func(F("fsrs_parameters"), function="jsonb_typeof"), "array"),
+                        then=Exact(
+                            models.Func(
+                                F("fsrs_parameters"),
+                                function="jsonb_array_length",
+                                output_field=models.IntegerField(),
+                            ),
+                            21,
+                        ),
+                    ),
+                    default=models.Value(False),
+                    output_field=models.BooleanField(),
+                ),
+                name="policy_fsrs_parameters_21",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"policy of {self.tenant_id} ({self.preset})"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        for name in NONNEG_FIELDS:
+            if getattr(self, name) < 0:
+                errors[name] = f"{name} must not be negative (got {getattr(self, name)})."
+        for name in POSITIVE_FIELDS:
+            if getattr(self, name) <= 0:
+                errors[name] = f"{name} must be greater than 0 (got {getattr(self, name)})."
+        for name in UNIT_FIELDS:
+            if not 0 <= getattr(self, name) <= 1:
+                errors[name] = f"{name} must be between 0 and 1 (got {getattr(self, name)})."
+        for low, high in STRICTLY_ORDERED_FIELDS:
+            if low not in errors and getattr(self, low) >= getattr(self, high):
+                errors[low] = (
+                    f"{low} ({getattr(self, low)}) must be lower than {high} ({getattr(self, high)})."
+                )
+        if self.warm_points_min > self.warm_points_max:
+            errors["warm_points_min"] = (
+                f"warm_points_min ({self.warm_points_min}) must not exceed "
+                f"warm_points_max ({self.warm_points_max})."
+            )
+        if not 0 < self.desired_retention < 1:
+            errors["desired_retention"] = (
+                f"desired_retention must be strictly between 0 and 1 (got {self.desired_retention})."
+            )
+        priority_sum = sum(getattr(self, name) for name in PRIORITY_WEIGHTS)
+        if "priority_recency_weight" not in errors and priority_sum > 1 + 1e-9:
+            errors["priority_recency_weight"] = (
+                f"{' + '.join(PRIORITY_WEIGHTS)} must add up to at most 1 (they add up to {priority_sum:g})."
+            )
+        fsrs_error = fsrs_parameters_error(self.fsrs_parameters)
+        if fsrs_error:
+            errors["fsrs_parameters"] = fsrs_error
+        if self.summariser == SummariserName.LLM:
+            for name in ("llm_base_url", "llm_model"):
+                if not getattr(self, name):
+                    errors[name] = f"{name} is required when the summariser is 'llm'."
+        if errors:
+            raise ValidationError(errors)
+
+
+def fsrs_parameters_error(value: Any) -> str:
+    """Why ``value`` is not a usable FSRS-6 parameter list, or "" (the fsrs package checks the bounds)."""
+    if not isinstance(value, list) or len(value) != len(DEFAULT_PARAMETERS):
+        return f"fsrs_parameters must be a list of {len(DEFAULT_PARAMETERS)} numbers."
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+        return "fsrs_parameters must contain only numbers."
+    try:
+        Scheduler(parameters=value)
+    except ValueError as exc:
+        return f"fsrs_parameters: {exc}"
+    return ""
+
+
+def policy_for(tenant: Tenant) -> MemoryPolicy:
+    """The tenant's policy, created with the defaults on first use (get_or_create survives the race)."""
+    # Every ingest reads it: a raw statement (no ORM query to build); get_or_create when missing.
+    found = list(
+        MemoryPolicy.objects.raw(
+            f"SELECT * FROM {MemoryPolicy._meta.db_table} WHERE tenant_id = %s", [tenant.pk]
+        )
+    )
+    if found:
+        return found[0]
+    policy, _ = MemoryPolicy.objects.get_or_create(tenant=tenant)
+    return policy
