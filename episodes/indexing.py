@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from django.db import transaction
 
-from memory_platform.embeddings import get_embedder
+from memory_platform.embeddings import embedder_for
 from memory_platform.tenancy.models import Tenant
 
 from .models import Episode, Layer, State, Turn
@@ -30,7 +30,8 @@ def episodes_index_hot(tenant_id: Any, episode_ids: Sequence[int]) -> int:
     """Index the tenant's hot episodes among ``episode_ids`` (and their turns) in Redis from
     Postgres; clear their reindex mark.
 
-    Turns still lacking an embedding (async ingest) are embedded first. Raises on Redis errors.
+    Turns still lacking an embedding (async ingest, an embedder that was down) are embedded
+    first. Raises on Redis and embedding errors.
     """
     store = hot_store()
     episodes = list(
@@ -63,7 +64,7 @@ def window_text(turns: Sequence[Turn], i: int, *, indexed: bool = False) -> str:
 def turn_documents(episode: Episode, turns: list[Turn]) -> list[TurnDoc]:
     """The hot documents of an episode's turns: window text, and the turn's own embedding
     blended with the embedding of its window (computed once, stored, refreshed when stale)."""
-    embedder = get_embedder(episode.tenant.embedder)
+    embedder = embedder_for(episode.tenant)
     stale = [i for i, t in enumerate(turns) if t.context_embedding is None and t.embedding is not None]
     if stale and embedder.computes:
         vectors = embedder.embed([window_text(turns, i) for i in stale])
@@ -93,7 +94,7 @@ def embed_turns(episode: Episode, turns: list[Turn], *, only_missing: bool = Tru
     todo = [t for t in turns if t.embedding is None] if only_missing else list(turns)
     if not todo:
         return
-    embedder = get_embedder(episode.tenant.embedder)
+    embedder = embedder_for(episode.tenant)
     if not embedder.computes:
         return  # provided vectors: nothing to compute; such turns stay out of the vector index
     vectors = embedder.embed([t.text for t in todo])

@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.db.models import F, Max
 
 from memory_platform.conf import memory_settings
-from memory_platform.embeddings import get_embedder
+from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
 
 from .extraction import extract_decisions, extract_entities
@@ -71,6 +71,8 @@ class IngestResult:
     queued: bool = False
     #: Why the turns are not searchable yet ("" once they are).
     reason: str = ""
+    #: Why the turns could not be embedded ("" when they were, or are embedded later by design).
+    unembedded: str = ""
 
 
 #: Called with the episodes an ingest wrote, before they are indexed (``lifecycle.quota``).
@@ -88,7 +90,7 @@ def _lock_scope(tenant: Tenant, scope: Scope) -> None:
 
 
 def embed_texts(tenant: Tenant, texts: Sequence[str]) -> np.ndarray:
-    return get_embedder(tenant.embedder).embed(list(texts))
+    return embedder_for(tenant).embed(list(texts))
 
 
 def turns_ingest(
@@ -107,11 +109,19 @@ def turns_ingest(
     they are durable and before they are indexed."""
     vectors: list[np.ndarray | None] = [t.vector for t in turns]
     missing = [i for i, v in enumerate(vectors) if v is None]
-    embedder = get_embedder(tenant.embedder)
+    embedder = embedder_for(tenant)
+    unembedded = ""
     if missing and not asynchronous and embedder.computes:
-        computed = embedder.embed([turns[i].text for i in missing])
-        for i, vector in zip(missing, computed, strict=True):
-            vectors[i] = vector
+        try:
+            computed = embedder.embed([turns[i].text for i in missing])
+        except EmbeddingError as exc:
+            # Durable first: the turns are stored without vectors, found by full text meanwhile,
+            # and embedded and indexed by the repair task once the embedder answers again.
+            logger.warning("embedding failed, storing %d turn(s) unembedded: %s", len(missing), exc)
+            unembedded = str(exc)
+        else:
+            for i, vector in zip(missing, computed, strict=True):
+                vectors[i] = vector
 
     by_scope: OrderedDict[Scope, list[int]] = OrderedDict()
     for i, turn in enumerate(turns):
@@ -135,7 +145,9 @@ def turns_ingest(
             )
         _refresh_episodes(touched.values(), [t for _, t in turn_objs])
         episode_ids = list(touched)
-        result = IngestResult(turns=[t for t in result_turns if t is not None], episode_ids=episode_ids)
+        result = IngestResult(
+            turns=[t for t in result_turns if t is not None], episode_ids=episode_ids, unembedded=unembedded
+        )
         transaction.on_commit(lambda: _after_write(tenant, episode_ids, result, make_room, asynchronous))
     return result
 
@@ -317,6 +329,10 @@ def _merge(old: list[str], new: list[str], limit: int) -> list[str]:
 
 
 def _index_now(tenant: Tenant, episode_ids: list[int], result: IngestResult) -> None:
+    if result.unembedded:
+        # Indexing would ask the embedder again, which just failed: the repair task does it.
+        result.reason = f"{result.unembedded}; {_LATER_EMBEDDED}"
+        return
     try:
         episodes_index_hot(tenant.pk, episode_ids)
         result.indexed = True
@@ -328,6 +344,14 @@ def _index_now(tenant: Tenant, episode_ids: list[int], result: IngestResult) -> 
             f"{unavailable_reason(exc)}; the turns are stored, found through Postgres meanwhile, and "
             "indexed once Redis takes writes again"
         )
+    except EmbeddingError as exc:
+        logger.warning("embedding failed, %d episode(s) left for re-indexing: %s", len(episode_ids), exc)
+        result.reason = f"{exc}; {_LATER_EMBEDDED}"
+
+
+_LATER_EMBEDDED = (
+    "the turns are stored, found by full text meanwhile, and embedded and indexed once the embedder answers"
+)
 
 
 def _enqueue_index(tenant: Tenant, episode_ids: list[int], result: IngestResult) -> None:
@@ -364,8 +388,13 @@ def memory_create(
     *, tenant: Tenant, memory: MemoryInput, now: datetime, make_room: MakeRoom | None
 ) -> Episode:
     vector = memory.vector
+    unembedded = ""
     if vector is None:
-        vector = embed_texts(tenant, [memory.text])[0]
+        try:
+            vector = embed_texts(tenant, [memory.text])[0]
+        except EmbeddingError as exc:
+            logger.warning("embedding failed, storing the memory unembedded: %s", exc)
+            unembedded = str(exc)
     occurred_at = memory.occurred_at or now
     with transaction.atomic():
         episode = Episode.objects.create(
@@ -402,7 +431,7 @@ def memory_create(
             metadata=memory.metadata,
             embedding=vector,
         )
-        result = IngestResult(turns=[], episode_ids=[episode.pk])
+        result = IngestResult(turns=[], episode_ids=[episode.pk], unembedded=unembedded)
         transaction.on_commit(lambda: _after_write(tenant, [episode.pk], result, make_room, False))
     return episode
 

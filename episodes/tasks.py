@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from memory_platform.embeddings import EmbeddingError
+
 from .indexing import episodes_index_hot
 from .models import Episode
+
+logger = logging.getLogger(__name__)
 
 
 def index_episodes(episode_ids: list[int], tenant_id: str | None = None) -> int:
@@ -34,4 +39,12 @@ def _index_by_tenant(rows: Iterable[tuple[Any, int]]) -> int:
     by_tenant: dict[Any, list[int]] = defaultdict(list)
     for tenant_id, pk in rows:
         by_tenant[tenant_id].append(pk)
-    return sum(episodes_index_hot(tenant_id, ids) for tenant_id, ids in by_tenant.items())
+    indexed = 0
+    for tenant_id, ids in by_tenant.items():
+        try:
+            indexed += episodes_index_hot(tenant_id, ids)
+        except EmbeddingError as exc:
+            # One tenant's embedding server being down must not hold up the others' repair; its
+            # episodes keep their mark and are tried again on the next run.
+            logger.warning("tenant %s: %d episode(s) wait for their embedder: %s", tenant_id, len(ids), exc)
+    return indexed

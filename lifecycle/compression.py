@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import re
-import urllib.request
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from episodes.extraction import extract_decisions, extract_entities, split_sentences
+from memory_platform.openai_compat import post_json
 
 logger = logging.getLogger(__name__)
 
@@ -370,17 +370,14 @@ class LlmSummariser:
                 {"role": "user", "content": content},
             ],
         }
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(  # noqa: S310 - the scheme is checked above
-            f"{self.base_url}/chat/completions",
-            data=json.dumps(body).encode(),
-            headers=headers,
-            method="POST",
+        payload = post_json(
+            self.base_url,
+            "chat/completions",
+            body,
+            api_key=self.api_key,
+            timeout=self.timeout,
+            max_bytes=self.MAX_RESPONSE_BYTES,
         )
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
-            payload = json.loads(response.read(self.MAX_RESPONSE_BYTES))
         data = json.loads(payload["choices"][0]["message"]["content"])
         if not isinstance(data, dict):
             raise ValueError("the model did not answer with a JSON object")

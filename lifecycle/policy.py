@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -19,6 +18,7 @@ from fsrs.scheduler import DEFAULT_PARAMETERS, Scheduler
 
 from episodes.language import Language
 from memory_platform.conf import memory_settings
+from memory_platform.openai_compat import validate_base_url
 from memory_platform.tenancy.models import Tenant
 
 
@@ -72,13 +72,6 @@ STRICTLY_ORDERED_FIELDS = (
     ("priority_cold_at_or_below", "priority_hot_above"),
     ("retrievability_cold_at_or_below", "retrievability_hot_above"),
 )
-
-
-def validate_base_url(value: str) -> None:
-    # URLValidator refuses single-label hosts, and an in-cluster service name ("http://llm:8000") is normal.
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValidationError(f"llm_base_url must be an http(s) URL with a host (got {value!r}).")
 
 
 class Preset(models.TextChoices):

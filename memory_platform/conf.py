@@ -16,6 +16,11 @@ DEFAULTS: dict[str, Any] = {
     "EMBEDDER": "local",
     "EMBEDDING_DIM": 384,
     "EMBED_BATCH_SIZE": 64,
+    # the `openai` embedder (any OpenAI-compatible /embeddings server; its URL, model, key and
+    # dimension are the tenant's): seconds per request, and how often a request that can succeed
+    # later (unreachable, timed out, 429, 5xx) is tried again, after 0.5 s, 1 s, ...
+    "OPENAI_EMBED_TIMEOUT": 10.0,
+    "OPENAI_EMBED_RETRIES": 2,
     # input limits
     "MAX_TURN_CHARS": 32_000,
     "MAX_BATCH_TURNS": 500,

@@ -328,6 +328,9 @@ def _rate(name: str) -> str:
 
 _MEMORY_FROM_ENV = {
     "EMBEDDER": ("MEMORY_EMBEDDER", lambda name: env.str(name).strip()),
+    "EMBED_BATCH_SIZE": ("MEMORY_EMBED_BATCH_SIZE", lambda name: _int(name, 64, minimum=1)),
+    "OPENAI_EMBED_TIMEOUT": ("MEMORY_OPENAI_EMBED_TIMEOUT", _float),
+    "OPENAI_EMBED_RETRIES": ("MEMORY_OPENAI_EMBED_RETRIES", lambda name: _int(name, 2, minimum=0)),
     "HOT_INDEX_ALGORITHM": ("MEMORY_HOT_INDEX_ALGORITHM", _hot_algorithm),
     "USAGE_FLUSH_SECONDS": ("MEMORY_USAGE_FLUSH_SECONDS", _float),
     "SEARCH_FEEDBACK_DOCS": ("MEMORY_SEARCH_FEEDBACK_DOCS", lambda name: _int(name, 0, minimum=0)),

@@ -30,7 +30,7 @@ from lifecycle import scoring
 from lifecycle.selectors import SearchSettings, search_settings
 from lifecycle.services import feedback_review
 from memory_platform import db
-from memory_platform.embeddings import EmbeddingError, get_embedder
+from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
 
 from . import usage, when
@@ -105,22 +105,24 @@ class SearchResult:
 
 def query_embedded(tenant: Tenant) -> bool:
     """Whether the platform embeds this tenant's query texts (else only a caller's vector serves)."""
-    return get_embedder(tenant.embedder).computes
+    return embedder_for(tenant).computes
 
 
-def query_vector(tenant: Tenant, query: SearchQuery) -> np.ndarray | None:
+def query_vector(tenant: Tenant, query: SearchQuery) -> tuple[np.ndarray | None, str]:
+    """The query's vector (the caller's, or the tenant's embedder's), and why there is none
+    when the embedder failed ("" otherwise): the search then answers from full text, degraded."""
     if query.text_only:
-        return None
+        return None, ""
     if query.vector is not None:
-        return query.vector
-    embedder = get_embedder(tenant.embedder)
+        return query.vector, ""
+    embedder = embedder_for(tenant)
     if not embedder.computes or not query.text.strip():
-        return None
+        return None, ""
     try:
-        return embedder.embed_one(query.text)
+        return embedder.embed_one(query.text), ""
     except EmbeddingError as exc:
         logger.warning("query embedding failed, searching text only: %s", exc)
-        return None
+        return None, f"{exc}; answered from full text"
 
 
 def search(
@@ -132,7 +134,6 @@ def search(
         return SearchResult(hits=[], degraded=False, took_ms=0.0)  # a window that ends before it starts
     weights = weights or tenant_weights(_settings(tenant))
     k = max(weights.candidates, query.limit * 3)
-    degraded = False
     layers = query.scope.layers or ALL_LAYERS
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
     if archive_layers and not archive.holds(tenant.pk, archive_layers):
@@ -143,11 +144,12 @@ def search(
     # Hot episodes the index missed (Redis was down or full, or a write a moment old) are searched
     # in Postgres until the repair has indexed them.
     missed = _narrow(rows.hot_index_stale(tenant), query.scope.episode_ids) if search_hot else []
-    reason, outage = "", False
+    outage = False
     text = query.text if query.text.strip() else None
     # The query is embedded first: on 2 cores the model's threads and concurrent searches would
     # take the same cores (docs/decisions/0004).
-    vector = query_vector(tenant, query)
+    vector, reason = query_vector(tenant, query)
+    degraded = bool(reason)
     tiers = _Tiers(tenant, query, k, weights, hot=search_hot, archive_layers=archive_layers, missed=missed)
     try:
         fusion = tiers.fuse(vector, text)
@@ -156,7 +158,7 @@ def search(
         # BusyLoadingError (a RedisError): it lands here like an outage.
         logger.warning("hot tier unavailable, answering from Postgres: %s", exc)
         degraded = outage = True
-        reason = f"{unavailable_reason(exc)}; answered from Postgres"
+        reason = "; ".join(filter(None, [reason, f"{unavailable_reason(exc)}; answered from Postgres"]))
         tiers = _Tiers(tenant, query, k, weights, hot=False, archive_layers=tuple(layers), missed=[])
         fusion = tiers.fuse(vector, text)
     matched, episode_relevance, explain = fusion.turns, fusion.relevance, fusion.explain

@@ -9,7 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from memory_platform.conf import memory_settings
-from memory_platform.embeddings import EmbeddingError, validate_vector
+from memory_platform.embeddings import EmbeddingError, to_storage, validate_vector
 
 #: Some character that is not whitespace: the same set in Python's ``re`` (where ``\s`` is what
 #: ``str.strip``, DRF's trimming, removes) and in the ECMA regexes of the schema's ``pattern``, whose
@@ -104,7 +104,8 @@ class MetadataField(serializers.JSONField):
         "minItems": int(memory_settings.EMBEDDING_DIM),
         "maxItems": int(memory_settings.EMBEDDING_DIM),
         "contains": {"not": {"const": 0}},
-        "description": "an embedding of the tenant's dimension, not all zeros",
+        "description": "an embedding of the tenant's dimension, not all zeros (384; an openai tenant whose "
+        "model answers fewer dimensions sends that many)",
     }
 )
 class VectorField(serializers.ListField):
@@ -122,13 +123,23 @@ class VectorField(serializers.ListField):
         tenant = self.context.get("tenant")
         dim = tenant.embedding_dim if tenant is not None else int(memory_settings.EMBEDDING_DIM)
         try:
-            return validate_vector(data, dim)
+            return to_storage(validate_vector(data, dim))
         except EmbeddingError as exc:
             raise serializers.ValidationError(str(exc)) from None
 
 
+class _UntrimmedLengthCharField(serializers.CharField):
+    """A CharField whose ``max_length`` holds for the text as sent, as the schema's ``maxLength``
+    says (DRF checks it after trimming the whitespace around it)."""
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        if isinstance(data, str) and self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
+        return super().run_validation(data)
+
+
 def scope_field() -> serializers.CharField:
-    return serializers.CharField(
+    return _UntrimmedLengthCharField(
         required=False,
         allow_blank=True,
         max_length=int(memory_settings.MAX_SCOPE_CHARS),

@@ -1,4 +1,4 @@
-from .base import Embedder, EmbeddingError, validate_vector
-from .registry import get_embedder
+from .base import Embedder, EmbeddingError, to_storage, validate_vector
+from .registry import embedder_for, get_embedder
 
-__all__ = ["Embedder", "EmbeddingError", "get_embedder", "validate_vector"]
+__all__ = ["Embedder", "EmbeddingError", "embedder_for", "get_embedder", "to_storage", "validate_vector"]

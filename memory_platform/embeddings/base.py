@@ -57,3 +57,16 @@ def validate_vector(vector: Sequence[float], dim: int) -> np.ndarray:
         raise EmbeddingError("vector is all zeros")
     array = array / scale
     return (array / np.linalg.norm(array)).astype(np.float32)
+
+
+def to_storage(vector: np.ndarray) -> np.ndarray:
+    """A unit vector in the platform's stored width (``MEMORY["EMBEDDING_DIM"]``): a narrower
+    model's vector is padded with zeros, which leaves its norm and every cosine unchanged."""
+    width = int(DEFAULTS["EMBEDDING_DIM"])
+    if len(vector) > width:
+        raise EmbeddingError(f"vector has {len(vector)} dimensions; the platform stores at most {width}")
+    if len(vector) == width:
+        return np.asarray(vector, dtype=np.float32)
+    return np.concatenate(
+        [np.asarray(vector, dtype=np.float32), np.zeros(width - len(vector), dtype=np.float32)]
+    )

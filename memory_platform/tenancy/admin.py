@@ -31,8 +31,33 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ("name", "id", "embedder", "is_active", "created_at")
     list_filter = ("is_active", "embedder")
     search_fields = ("name", "id")
-    readonly_fields = ("id", "embedding_dim", "created_at")
+    readonly_fields = ("id", "created_at")
     inlines = [ApiKeyInline]
+    fieldsets = (
+        (None, {"fields": ("id", "name", "is_active", "rate_limit", "created_at")}),
+        (
+            "Embeddings",
+            {
+                "fields": (
+                    "embedder",
+                    "embedding_dim",
+                    "embedder_url",
+                    "embedder_model",
+                    "embedder_key",
+                    "embedder_send_dimensions",
+                ),
+                "description": "The embedder and its dimension are chosen when the tenant is created. "
+                "The openai embedder's URL and key can change later (a moved server, a rotated key).",
+            },
+        ),
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        fields = tuple(super().get_readonly_fields(request, obj))
+        if obj is not None:
+            # The stored vectors were made by this embedder, model and dimension.
+            fields += ("embedder", "embedding_dim", "embedder_model", "embedder_send_dimensions")
+        return fields
 
 
 @admin.register(ApiKey)

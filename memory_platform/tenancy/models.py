@@ -12,6 +12,7 @@ from django.utils import timezone
 from rest_framework_api_key.models import AbstractAPIKey, BaseAPIKeyManager
 
 from memory_platform.conf import DEFAULTS, memory_settings
+from memory_platform.openai_compat import validate_base_url
 from memory_platform.ratelimit import Rate
 
 SCOPES = ("read", "write", "admin")
@@ -34,10 +35,34 @@ class Tenant(models.Model):
     embedder = models.CharField(
         max_length=200,
         default=default_embedder,
-        help_text="Embedding provider: 'local' (MiniLM, offline), 'provided' (caller sends vectors) "
-        "or a dotted path to a provider class.",
+        help_text="Embedding provider: 'local' (all-MiniLM-L6-v2, offline, English), 'openai' (any "
+        "OpenAI-compatible /embeddings server, set below), 'provided' (caller sends vectors) or a "
+        "dotted path to a provider class. Fixed once the tenant holds vectors.",
     )
-    embedding_dim = models.PositiveIntegerField(default=DEFAULTS["EMBEDDING_DIM"], editable=False)
+    embedding_dim = models.PositiveIntegerField(
+        default=DEFAULTS["EMBEDDING_DIM"],
+        help_text="Dimensions of the tenant's vectors: what its openai model answers (at most the "
+        "platform's EMBEDDING_DIM; narrower vectors are stored zero-padded); the platform's for the others.",
+    )
+    # the `openai` embedder (memory_platform.embeddings.openai)
+    embedder_url = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        validators=[validate_base_url],
+        help_text="openai embedder: base URL, e.g. http://tei:8080/v1 (POSTs to <base>/embeddings)",
+    )
+    embedder_model = models.CharField(
+        max_length=200, blank=True, default="", help_text="openai embedder: model"
+    )
+    embedder_key = models.CharField(
+        max_length=500, blank=True, default="", help_text="openai embedder: sent as a Bearer token"
+    )
+    embedder_send_dimensions = models.BooleanField(
+        default=False,
+        help_text="openai embedder: ask for embedding_dim dimensions in each request (OpenAI's "
+        "'dimensions', for models that shorten their vectors, such as text-embedding-3-*)",
+    )
     is_active = models.BooleanField(default=True)
     rate_limit = models.CharField(
         max_length=20,
@@ -54,6 +79,24 @@ class Tenant(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        super().clean()
+        width = int(DEFAULTS["EMBEDDING_DIM"])
+        if self.embedder == "openai":
+            errors = {
+                name: f"{name} is required with the openai embedder."
+                for name in ("embedder_url", "embedder_model")
+                if not getattr(self, name)
+            }
+            if not 1 <= self.embedding_dim <= width:
+                errors["embedding_dim"] = f"embedding_dim must be 1-{width} (the platform's stored width)."
+            if errors:
+                raise ValidationError(errors)
+        elif self.embedding_dim != width:
+            raise ValidationError(
+                {"embedding_dim": f"only an openai tenant sets its dimension; this one uses {width}."}
+            )
 
     @property
     def key_prefix(self) -> str:

@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import transaction
 
 from .models import ApiKey, Tenant, validate_scopes
 
+EMBEDDER_OPTIONS = (
+    "embedder_url",
+    "embedder_model",
+    "embedder_key",
+    "embedding_dim",
+    "embedder_send_dimensions",
+)
+
 
 @transaction.atomic
-def tenant_create(*, name: str, embedder: str | None = None) -> Tenant:
-    tenant = Tenant(name=name)
+def tenant_create(*, name: str, embedder: str | None = None, **embedder_options: Any) -> Tenant:
+    """A new tenant; ``embedder_options`` are the ``openai`` embedder's fields (``embedder_url``,
+    ``embedder_model``, ``embedder_key``, ``embedding_dim``, ``embedder_send_dimensions``)."""
+    unknown = set(embedder_options) - set(EMBEDDER_OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown embedder options {sorted(unknown)}")
+    tenant = Tenant(name=name, **{k: v for k, v in embedder_options.items() if v is not None})
     if embedder:
         tenant.embedder = embedder
     tenant.full_clean()

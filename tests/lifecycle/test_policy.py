@@ -103,7 +103,7 @@ def test_clean_checks_fsrs_bounds_and_llm_settings(tenant):
     ).full_clean(validate_unique=False)
     with pytest.raises(ValidationError) as caught:
         MemoryPolicy(tenant=tenant, summariser="llm", llm_base_url="ftp://x", llm_model="m").full_clean()
-    assert "llm_base_url must be an http(s) URL" in caught.value.message_dict["llm_base_url"][0]
+    assert "must be an http(s) URL" in caught.value.message_dict["llm_base_url"][0]
 
 
 @pytest.mark.parametrize(
