@@ -51,12 +51,20 @@ def episodes_index_hot(tenant_id: Any, episode_ids: Sequence[int]) -> int:
     return indexed
 
 
-def window_text(turns: Sequence[Turn], i: int, *, indexed: bool = False) -> str:
-    """A turn with its neighbours in the episode. A reply often only makes sense next to what it
-    answers ("Yes, last Tuesday"), so the hot index searches turns in their local context
-    (docs/decisions/0003). ``indexed``: as full text reads them (``Turn.index_text``)."""
+#: How many neighbours on each side a turn's window embedding reads (``Turn.context_embedding``):
+#: two, where full text reads one (docs/decisions/0026: a wider window helps the vector list, and
+#: blurs the text list).
+CONTEXT_REACH = 2
+
+
+def window_text(turns: Sequence[Turn], i: int, *, indexed: bool = False, reach: int = 1) -> str:
+    """A turn with its ``reach`` neighbours on each side in the episode. A reply often only makes
+    sense next to what it answers ("Yes, last Tuesday"), so the hot index searches turns in their
+    local context (docs/decisions/0003). ``indexed``: as full text reads them (``Turn.index_text``)."""
     parts = [
-        (indexed and turns[j].index_text) or turns[j].text for j in (i - 1, i, i + 1) if 0 <= j < len(turns)
+        (indexed and turns[j].index_text) or turns[j].text
+        for j in range(i - reach, i + reach + 1)
+        if 0 <= j < len(turns)
     ]
     return "\n".join(parts)
 
@@ -67,7 +75,7 @@ def turn_documents(episode: Episode, turns: list[Turn]) -> list[TurnDoc]:
     embedder = embedder_for(episode.tenant)
     stale = [i for i, t in enumerate(turns) if t.context_embedding is None and t.embedding is not None]
     if stale and embedder.computes:
-        vectors = embedder.embed([window_text(turns, i) for i in stale])
+        vectors = embedder.embed([window_text(turns, i, reach=CONTEXT_REACH) for i in stale])
         for i, vector in zip(stale, vectors, strict=True):
             turns[i].context_embedding = vector
         Turn.objects.bulk_update([turns[i] for i in stale], ["context_embedding"])

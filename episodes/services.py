@@ -22,7 +22,7 @@ from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
 
 from .extraction import extract_decisions, extract_entities
-from .indexing import _normalise, episodes_index_hot, hot_remove
+from .indexing import CONTEXT_REACH, _normalise, episodes_index_hot, hot_remove
 from .language import has_han, index_text, language_of
 from .models import SEARCH_TEXT_LIMIT, Episode, Layer, Link, LinkKind, Role, State, Turn, turn_hot_bytes
 from .scope import Scope
@@ -198,9 +198,11 @@ def _ingest_scope(
             centroid = np.asarray(open_episode.embedding, dtype=np.float32) * max(1, open_episode.turn_count)
         state = OpenEpisode(open_episode.turn_count, open_episode.last_occurred_at, centroid)
         open_episode._new_texts = []  # type: ignore[attr-defined]
-        # Its last turn is about to get a next neighbour: its window embedding is stale.
+        # Its last turns are about to get a next neighbour: their window embeddings are stale.
         last = (
-            Turn.objects.filter(episode=open_episode).order_by("-seq", "-id").values_list("pk", flat=True)[:1]
+            Turn.objects.filter(episode=open_episode)
+            .order_by("-seq", "-id")
+            .values_list("pk", flat=True)[:CONTEXT_REACH]
         )
         Turn.objects.filter(pk__in=list(last)).update(context_embedding=None)
     last_seq = Turn.objects.filter(tenant=tenant, **scope.owner_fields()).aggregate(m=Max("seq"))["m"] or 0

@@ -37,10 +37,11 @@ DEFAULTS: dict[str, Any] = {
     "EPISODE_GAP_SECONDS": 30 * 60,
     "EPISODE_SPLIT_SIMILARITY": 0.10,
     "EPISODE_MAX_TURNS": 12,
-    # retrieval (seed 004)
-    "RRF_VECTOR_WEIGHT": 0.7,
-    "RRF_TEXT_WEIGHT": 0.3,
-    "RRF_K": 60,
+    # retrieval: weighted RRF of the vector and full-text lists (seed 004's form; its weights
+    # 0.7/0.3 and k 60 are the `fsrs` preset's; these were measured better: docs/decisions/0026)
+    "RRF_VECTOR_WEIGHT": 0.5,
+    "RRF_TEXT_WEIGHT": 0.5,
+    "RRF_K": 10,
     "SEARCH_CANDIDATES": 50,
     # how much the seed-003 priority moves a hit, as a share of its relevance (retrieval.ranking)
     "SEARCH_PRIORITY_SHARE": 0.15,

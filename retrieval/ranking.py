@@ -72,10 +72,10 @@ def tenant_weights(policy: Any) -> RetrievalWeights:
 
 
 #: How far each state moves a hit down: a dormant episode (seed 002: low activity) or a candidate
-#: for deletion is still found, below active ones of about the same relevance. Near the top of
-#: a fused list one rank is worth about 1.6% of the score (RRF, k = 60), so these are about one and
-#: three ranks (larger factors buried old memories: docs/decisions/0015). At most 1, so
-#: ``rank_candidates``'s bound (the highest lift) still holds.
+#: for deletion is still found, below active ones of about the same relevance: it loses ties and
+#: near-ties (near the top of a fused list one rank is worth about 1/(k+1) of the score: 1.6% at
+#: k = 60, 9% at the default k = 10). Larger factors buried old memories (docs/decisions/0015).
+#: At most 1, so ``rank_candidates``'s bound (the highest lift) still holds.
 STATE_WEIGHTS: dict[str, float] = {State.ACTIVE: 1.0, State.DORMANT: 0.98, State.DELETE_CANDIDATE: 0.95}
 
 

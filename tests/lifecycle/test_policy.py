@@ -41,7 +41,7 @@ def test_policy_for_creates_the_seed_defaults_once(tenant):
         50,
         3,
     )
-    assert (policy.rrf_vector_weight, policy.rrf_text_weight, policy.rrf_k) == (0.7, 0.3, 60)
+    assert (policy.rrf_vector_weight, policy.rrf_text_weight, policy.rrf_k) == (0.5, 0.5, 10)
     assert policy.fsrs_parameters == list(DEFAULT_PARAMETERS) and policy.desired_retention == 0.9
     assert (
         policy.adr_decay_factor == 0.99

@@ -318,7 +318,7 @@ def test_search_reads_its_settings_from_the_tenants_policy(caller):
 
     MemoryPolicy.objects.filter(tenant=caller.tenant).delete()
     weights = default_weights(Tenant.objects.get(pk=caller.tenant.pk))  # created with the defaults
-    assert (weights.vector, weights.text, weights.k) == (0.7, 0.3, 60)
+    assert (weights.vector, weights.text, weights.k) == (0.5, 0.5, 10)
     assert MemoryPolicy.objects.filter(tenant=caller.tenant).count() == 1
 
     MemoryPolicy.objects.filter(tenant=caller.tenant).update(

@@ -108,9 +108,17 @@ def test_a_compact_packed_hit_is_its_key_points_and_matched_turns(caller, long_e
 
 def test_only_the_first_hits_show_neighbours(caller):
     ids = [
-        turns(caller, f"s{n}", [f"filler {n} one", f"the comet {n} was bright", f"filler {n} two"])[
-            "episode_ids"
-        ][0]
+        turns(
+            caller,
+            f"s{n}",
+            [
+                f"filler {n} one",
+                f"filler {n} two",
+                f"the comet {n} was bright",
+                f"filler {n} three",
+                f"filler {n} four",
+            ],
+        )["episode_ids"][0]
         for n in range(3)
     ]
     query = {"query": "the comet was bright", "snippet_turns": 1, "view": "full"}
