@@ -11,6 +11,7 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.utils import timezone
 
+from episodes import curation
 from episodes import services as episode_services
 from episodes.admin import TurnInline
 from episodes.models import Episode, Layer, Link, State
@@ -461,6 +462,6 @@ class EpisodeAdmin(admin.ModelAdmin):
         self._each(
             request,
             queryset,
-            lambda e, actor: episode_services.episode_restore(tenant=e.tenant, episode_id=e.pk, now=now),
+            lambda e, actor: curation.episode_restore(tenant=e.tenant, episode_id=e.pk, now=now),
             "restored",
         )

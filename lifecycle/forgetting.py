@@ -13,10 +13,11 @@ from typing import Any
 
 from django.db import transaction
 
+from episodes.curation import episode_forget
 from episodes.models import Episode, State
 from episodes.scope import Scope
 from episodes.selectors import episodes_for
-from episodes.services import EpisodeNotFound, episode_forget
+from episodes.services import EpisodeNotFound
 from episodes.stores.hot import HotUnavailable, hot_store
 from memory_platform.tenancy.models import Tenant
 

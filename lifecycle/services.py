@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import F
 
 from episodes import services as episode_services
+from episodes.curation import episode_for_update
 from episodes.language import language_of
 from episodes.models import Episode, Layer
 from episodes.services import (
@@ -24,7 +25,6 @@ from episodes.services import (
     IngestResult,
     MemoryInput,
     TurnInput,
-    episode_for_update,
 )
 from memory_platform.tenancy.models import Tenant
 

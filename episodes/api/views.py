@@ -17,7 +17,7 @@ from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict
 from memory_platform.tenancy.models import Tenant
 
-from .. import public_ids, selectors, services
+from .. import curation, public_ids, selectors, services
 from . import serializers as s
 
 
@@ -48,7 +48,7 @@ class MemoryRestoreView(TenantAPIView):
     @extend_schema(request=None, responses={200: dict}, summary="Undo a forget within the grace period")
     def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
         try:
-            episode = services.episode_restore(
+            episode = curation.episode_restore(
                 tenant=self.tenant, episode_id=named(self.tenant, episode_id).pk, now=timezone.now()
             )
         except services.EpisodeNotFound:
@@ -71,7 +71,7 @@ class MemoryLinksView(TenantAPIView):
         if source.pk == target.pk:
             raise Conflict("a memory cannot link to itself")
         try:
-            link, created = services.link_create(
+            link, created = curation.link_create(
                 tenant=self.tenant, src_id=source.pk, dst_id=target.pk, kind=d["kind"], now=timezone.now()
             )
         except services.EpisodeNotFound as exc:  # forgotten
@@ -91,7 +91,7 @@ class MemoryLinksView(TenantAPIView):
         d = serializer.validated_data
         source, target = named(self.tenant, episode_id), named(self.tenant, d["target_id"])
         try:
-            deleted = services.link_delete(
+            deleted = curation.link_delete(
                 tenant=self.tenant, src_id=source.pk, dst_id=target.pk, kind=d.get("kind")
             )
         except services.EpisodeNotFound:

@@ -10,8 +10,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from episodes import public_ids, selectors
-from episodes import services as episode_services
+from episodes import curation, public_ids, selectors
 from episodes.api.serializers import filter_scope
 from episodes.api.views import named, named_all, not_found
 from episodes.services import EpisodeNotFound
@@ -57,7 +56,7 @@ class MemoryDetailView(TenantAPIView):
     @extend_schema(responses={200: dict}, summary="Soft forget (restorable for the grace period)")
     def delete(self, request: Request, episode_id: public_ids.Reference) -> Response:
         try:
-            episode = episode_services.episode_forget(
+            episode = curation.episode_forget(
                 tenant=self.tenant, episode_id=named(self.tenant, episode_id).pk, now=timezone.now()
             )
         except EpisodeNotFound:

@@ -3,7 +3,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from episodes import services
+from episodes import curation, services
 from episodes.models import Episode, Link
 from episodes.stores.hot import hot_store
 from tests.conftest import pk, unit_vectors
@@ -58,9 +58,9 @@ def test_forget_hides_everywhere_and_restore_brings_back(caller):
 def test_restore_after_the_grace_period_is_refused(caller):
     episode_id = pk(_memory(caller)["id"])
     now = timezone.now()
-    services.episode_forget(tenant=caller.tenant, episode_id=episode_id, now=now - timedelta(days=31))
+    curation.episode_forget(tenant=caller.tenant, episode_id=episode_id, now=now - timedelta(days=31))
     with pytest.raises(services.ConflictError):
-        services.episode_restore(tenant=caller.tenant, episode_id=episode_id, now=now, grace_days=30)
+        curation.episode_restore(tenant=caller.tenant, episode_id=episode_id, now=now, grace_days=30)
 
 
 def test_links_and_anchor(caller):

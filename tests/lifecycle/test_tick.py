@@ -12,8 +12,8 @@ import redis
 from django.core.management import call_command
 from django.db import connection
 
+from episodes.curation import episode_forget
 from episodes.models import Episode, Layer, Link, State, Turn
-from episodes.services import episode_forget
 from episodes.stores.hot import HotStore, hot_store
 from lifecycle import scoring
 from lifecycle.compression import WarmShape, warm_points_for_age
