@@ -1,7 +1,19 @@
-"""Entities and decisions, extracted offline and deterministically (DESIGN §6).
+"""Entities, decisions and sentences, extracted offline and deterministically (DESIGN §6), in
+English, Russian and Chinese (issue 17).
 
 Used at ingest (stored on the episode) and by the summarisers, which keep both lists verbatim in
 the warm shape so nothing named or decided is lost by compression (seed 003 F3).
+
+- Latin and Cyrillic text: patterns (addresses, dates, numbers with units, code, acronyms, quotes)
+  and runs of capitalised words. A capitalised word that opens a sentence is a name only when the
+  same text also writes it capitalised inside a sentence: "Seeing" or "Anything" at the start of a
+  line are not names, "Melanie" is, once she is mentioned anywhere else (docs/decisions/0027).
+- Chinese text: the words ``jieba`` tags as names of people, places, organisations and other
+  proper nouns; dates and amounts written the Chinese way (2023年12月15日, 980元, 三百万元); and
+  the Latin words inside it (PostgreSQL in 使用PostgreSQL作为), found once the Chinese characters
+  are out of the way.
+- Sentences end at . ! ? … (not after an abbreviation or an initial, nor before a lower-case word)
+  and at 。！？, Chinese sentences need no space after them.
 """
 
 from __future__ import annotations
@@ -9,26 +21,33 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from .language import HAN_RUN, WORD, chinese_tagged
+
 _MONTHS = (
     "January|February|March|April|May|June|July|August|September|October|November|December|"
     "Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec"
+)
+_RU_MONTHS = "января|февраля|марта|апреля|мая|июня|июля|августа|сентября|октября|ноября|декабря"
+_UNITS = (
+    "%|km|kg|ms|GB|MB|k|m|h|years?|days?|hours?|minutes?|"
+    "руб(?:лей|ля|ль|\\.)?|₽|тыс\\.?|млн|млрд|км|кг|лет|года?|дней|дня|часов|часа|минут|мин\\.?"
 )
 _PATTERNS = [
     re.compile(r"https?://[^\s<>\"')\]]+"),
     re.compile(r"\b[\w.+-]+@[\w-]+\.[\w.-]+\b"),
     re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?\b"),
     re.compile(rf"\b\d{{1,2}} (?:{_MONTHS}),? \d{{4}}\b"),
-    re.compile(rf"\b(?:{_MONTHS}) \d{{1,2}}(?:st|nd|rd|th)?(?:,? \d{{4}})?\b"),
+    re.compile(rf"\b(?:{_MONTHS})\.? \d{{1,2}}(?:st|nd|rd|th)?(?:,? \d{{4}})?\b"),
     re.compile(rf"\b(?:{_MONTHS}) \d{{4}}\b"),
+    re.compile(rf"\b\d{{1,2}} (?:{_RU_MONTHS})(?: \d{{4}}(?: г(?:ода|\.)?)?)?(?!\w)"),
     re.compile(r"`([^`\n]{1,80})`"),
     re.compile(r"\b[A-Z][A-Z0-9]{1,9}s?\b"),  # acronyms: LGBTQ, API, NASA
     re.compile(r"[\"“«]([^\"”»\n]{2,80})[\"”»]"),
     re.compile(r"\b[a-z]+(?:_[a-z0-9]+)+\b"),  # snake_case
     re.compile(r"\b[a-z]+(?:[A-Z][a-z0-9]+)+\b"),  # camelCase
+    re.compile(r"\b[A-Z][a-z]+[A-Z][A-Za-z0-9]*\b"),  # PostgreSQL, GitHub, JavaScript
     re.compile(r"\b[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*){1,}\(\)?"),  # dotted.calls()
-    re.compile(
-        r"(?<![\w.])[$€£]?\d+(?:[.,]\d+)*(?:\s?(?:%|km|kg|ms|GB|MB|k|m|h|years?|days?|hours?|minutes?))?"
-    ),
+    re.compile(rf"(?<![\w.])[$€£]?\d+(?:[.,]\d+)*(?:\s?(?:{_UNITS})(?!\w))?"),
 ]
 # Runs of capitalised words (Latin or Cyrillic): names, places, products, titles.
 _NAME = re.compile(r"\b[A-ZА-ЯЁ][a-zа-яё'’]+(?:[ -](?:of |the |de |van |von )?[A-ZА-ЯЁ][a-zа-яё'’]+)*\b")
@@ -185,15 +204,70 @@ _STOP_CAPS = {
 _DECISION_CUES = re.compile(
     r"\b(?:decided|decide to|decision|we will|we'll|i will|i'll|let's|agreed|agree to|going to|plan to|"
     r"planning to|chose|choose to|settled on|will go with|opted|committed to|resolved to)\b"
-    r"|(?:решил|решили|решено|договорились|будем|выбрали|согласовали)"
-    r"|(?:决定|同意|我们将|选择了|确定了|定下)",
+    r"|(?:решил|решен|решени|договорил|будем|выбрал|согласовал|утвердил|остановились на|"
+    r"приняли решение|планиру|собираемся|переносим|перенесли)"
+    r"|(?:决定|决策|同意|我们将|我们会|选择了|确定了|定下|商定|敲定|拍板|打算|计划)",
     re.IGNORECASE,
 )
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])|\n+")
+
+# --- sentences -----------------------------------------------------------------------------------
+
+#: Words that end in a full stop without ending a sentence (lower-cased, without their last dot).
+_ABBREVIATION_TEXT = (
+    "mr mrs ms dr prof st jr sr vs etc e.g i.e a.m p.m u.s u.k d.c approx dept fig inc ltd "
+    "jan feb mar apr jun jul aug sep sept oct nov dec mon tue wed thu fri sat sun "
+    "т.е т.к т.д т.п т.н др пр см ср г гг ул д кв им проф доц стр напр зам пер просп обл р-н"
+)
+_ABBREVIATIONS = frozenset(_ABBREVIATION_TEXT.split())
+#: Where a sentence may end: . ! ? … with any closing quotes or brackets, before a space; Chinese
+#: 。！？ (no space needed); a line break.
+_SENTENCE_END = re.compile(r"[.!?…]+[\"'”»)\]]*(?=\s)|[。！？]+[”」』）]*|\n+")
+_LAST_WORD = re.compile(r"(\S+)$")
+
+
+def _ends_sentence(text: str, end: re.Match[str]) -> bool:
+    mark = end.group()
+    if not mark.startswith((".", "…")):
+        return True
+    following = text[end.end() :].lstrip()
+    if following[:1].islower():  # "e.g. very", "т.е. позже", "and so on... then"
+        return False
+    word = _LAST_WORD.search(text[: end.start()])
+    if word is None:
+        return True
+    word_text = word.group(1).lstrip("(\"'“«").lower()
+    # not after "Dr. Smith", "Ул. Ленина", "J. K. Rowling"
+    return not (
+        mark == "." and (word_text in _ABBREVIATIONS or (len(word_text) == 1 and word_text.isalpha()))
+    )
 
 
 def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+    sentences = []
+    start = 0
+    for end in _SENTENCE_END.finditer(text):
+        if not _ends_sentence(text, end):
+            continue
+        sentence = text[start : end.end()].strip()
+        if sentence:
+            sentences.append(sentence)
+        start = end.end()
+    if text[start:].strip():
+        sentences.append(text[start:].strip())
+    return sentences
+
+
+# --- entities ------------------------------------------------------------------------------------
+
+#: jieba's tags for proper nouns: people (nr, nrfg, nrt), places (ns), organisations (nt), others (nz).
+_CHINESE_PROPER = ("nr", "ns", "nt", "nz")
+_CHINESE_NUMERAL = "零一二两三四五六七八九十百千万亿"
+_CHINESE_PATTERNS = [
+    re.compile(r"\d{4}年(?:\d{1,2}月(?:\d{1,2}[日号])?)?|\d{1,2}月\d{1,2}[日号]"),
+    re.compile(
+        rf"(?:\d+(?:\.\d+)?|[{_CHINESE_NUMERAL}]+)(?:%|％|万元|亿元|元|块钱|块|美元|公里|千米|小时|分钟|个月|年|天|周|岁)"
+    ),
+]
 
 
 def _unique(items: Iterable[str], strip: str = " \t\n,;:.!?") -> list[str]:
@@ -208,8 +282,62 @@ def _unique(items: Iterable[str], strip: str = " \t\n,;:.!?") -> list[str]:
     return out
 
 
-def extract_entities(text: str, limit: int = 60) -> list[str]:
+def _sentence_starts(text: str) -> set[int]:
+    """Offsets where the first word of a sentence written in an alphabet may begin (after any
+    opening quote or bracket). Chinese sentences are left out: a Latin word that opens one is
+    capitalised for its own sake ("Redis很快。")."""
+    out = set()
+    end = 0
+    for sentence in split_sentences(text):
+        start = text.find(sentence, end)  # sentences come in the text's order, stripped
+        end = start + len(sentence)
+        while start < len(text) and text[start] in "\"'“«([":
+            start += 1
+        if not HAN_RUN.search(sentence):
+            out.add(start)
+    return out
+
+
+def _names(text: str, original: str) -> list[str]:
+    """Runs of capitalised words in ``text`` (``original`` with its Chinese blanked out), without a
+    sentence's first word unless the text also writes it capitalised inside a sentence."""
+    starts = _sentence_starts(original)
+    runs = [(m.start(), m.group()) for m in _NAME.finditer(text)]
+    inside = {word for start, run in runs for word in run.split(" ")[start in starts :]}
+    written = set(WORD.findall(text))
+    found = []
+    for start, run in runs:
+        first, *rest = run.split(" ")
+        # An opening word alone ("Anything new?") or one the text also writes in lower case
+        # ("Seeing Caroline", "seeing") is taken for a common word; "Иван Петров" keeps its name.
+        doubtful = start in starts and first not in inside and (not rest or first.lower() in written)
+        if first in _STOP_CAPS or doubtful:
+            run = " ".join(rest)
+        if run and run not in _STOP_CAPS and len(run) > 1:
+            found.append(run)
+    return found
+
+
+def _chinese(text: str) -> tuple[list[str], str]:
+    """Chinese entities of ``text``, and ``text`` with its Chinese characters blanked out, for the
+    Latin and Cyrillic patterns (offsets kept, so sentence starts still line up)."""
     found: list[str] = []
+    for pattern in _CHINESE_PATTERNS:
+        for match in pattern.finditer(text):
+            found.append(match.group())
+            text = text[: match.start()] + " " * len(match.group()) + text[match.end() :]
+    for run in HAN_RUN.finditer(text):
+        found.extend(
+            word
+            for word, tag in chinese_tagged(run.group())
+            if tag.startswith(_CHINESE_PROPER) and len(word) > 1
+        )
+    return found, HAN_RUN.sub(lambda m: " " * len(m.group()), text)
+
+
+def extract_entities(text: str, limit: int = 60) -> list[str]:
+    original = text
+    found, text = _chinese(text) if HAN_RUN.search(text) else ([], text)
     for pattern in _PATTERNS:
         for match in pattern.finditer(text):
             value = match.group(1) if match.groups() else match.group(0)
@@ -217,13 +345,7 @@ def extract_entities(text: str, limit: int = 60) -> list[str]:
             if value.replace(".", "").replace(",", "").isdigit() and len(value) < 2:
                 continue  # a lone digit is noise
             found.append(value)
-    for match in _NAME.finditer(text):
-        words = match.group(0)
-        first, *rest = words.split(" ")
-        if first in _STOP_CAPS:
-            words = " ".join(rest)
-        if words and words not in _STOP_CAPS and len(words) > 1:
-            found.append(words)
+    found.extend(_names(text, original))
     return _unique(v[:300] for v in found)[:limit]
 
 

@@ -20,13 +20,15 @@ from typing import Any
 import numpy as np
 
 from episodes.extraction import extract_decisions, extract_entities, split_sentences
+from episodes.language import Language, chinese_tagged, detect, width
 from memory_platform.openai_compat import post_json
 
 logger = logging.getLogger(__name__)
 
 HEADLINE_MAX = 120
 TAGS_MAX = 4
-MIN_PROSE_BUDGET = 160  # characters: the prose gets about two sentences, whatever else is kept
+# Budgets are in characters as ``width`` counts them (a Chinese character as three).
+MIN_PROSE_BUDGET = 160  # the prose gets about two sentences, whatever else is kept
 COLD_RATIO = 12  # warm -> cold aims at 10-20x (seed 003 NF4)
 MIN_COLD_CHARS = 28
 MIN_HEADLINE_CHARS = 20
@@ -57,6 +59,10 @@ class WarmShape:
     @property
     def chars(self) -> int:
         return len(self.summary) + sum(map(len, self.key_points + self.entities + self.decisions))
+
+    @property
+    def width(self) -> int:
+        return width(self.summary) + sum(map(width, self.key_points + self.entities + self.decisions))
 
     def with_points(self, n: int) -> WarmShape:
         """The warm gradient (seed 001): key points are ordered best first, so deepening trims."""
@@ -188,14 +194,26 @@ def _informative(sentence: str) -> bool:
     return _words(sentence) >= 5 and len(set(_tokens(sentence))) >= 3
 
 
+_CLAUSE_END = "，、；：,;:"
+
+
 def _shorten(text: str, limit: int) -> str:
+    """``text`` within ``limit`` (its ``width``), cut after a clause or at a word boundary in the
+    second half when there is one, else where the limit falls; "…" marks the cut."""
     text = " ".join(text.split())
-    if len(text) <= limit:
+    if width(text) <= limit:
         return text
-    cut = text[: limit - 1]
-    if " " in cut[limit // 2 :]:
-        cut = cut[: cut.rfind(" ")]
-    return cut.rstrip(" ,;:-") + "…"
+    cut, used = "", 1  # the "…"
+    for char in text:
+        used += width(char)
+        if used > limit:
+            break
+        cut += char
+    tail = cut[len(cut) // 2 :]
+    boundary = max(tail.rfind(c) for c in _CLAUSE_END + " ")
+    if boundary >= 0:
+        cut = cut[: len(cut) // 2 + boundary + (tail[boundary] != " ")]
+    return cut.rstrip(" ,;:-，、；：") + "…"
 
 
 # --- keywords -------------------------------------------------------------------------------------
@@ -208,8 +226,12 @@ def _keywords(text: str, limit: int) -> list[str]:
         yake = None
     found: list[str] = []
     if yake is not None and _WORD.search(text):
+        language = detect(text) or Language.ENGLISH
+        ngram = 2
+        if language == Language.CHINESE:  # yake reads words between spaces: one tag, one word
+            text, ngram = " ".join(word for word, _ in chinese_tagged(text)), 1
         try:
-            extractor = yake.KeywordExtractor(lan="en", n=2, top=limit * 3, dedupLim=0.7)
+            extractor = yake.KeywordExtractor(lan=str(language), n=ngram, top=limit * 3, dedupLim=0.7)
             found = [kw for kw, _ in extractor.extract_keywords(text)]
         except Exception:
             logger.warning("yake failed; using the frequency keyword scorer", exc_info=True)
@@ -265,17 +287,17 @@ class ExtractiveSummariser:
         order = sorted(range(len(sentences)), key=lambda i: (-scores[i], i))
         # The whole warm shape aims at ratio x raw; entities and decisions are kept whatever they
         # cost, so the prose gets what is left (and at least about one sentence).
-        kept = sum(map(len, entities + decisions))
-        budget = max(MIN_PROSE_BUDGET, int(self.ratio * len(joined)) - kept)
+        kept = sum(map(width, entities + decisions))
+        budget = max(MIN_PROSE_BUDGET, int(self.ratio * width(joined)) - kept)
         chosen: list[str] = []
         used = 0
         for i in order:
             if len(chosen) > self.max_points:
                 break
             eligible = _informative(sentences[i]) and scores[i] >= 0.4 * scores[order[0]]
-            if eligible and used + len(sentences[i]) <= budget:
+            if eligible and used + width(sentences[i]) <= budget:
                 chosen.append(sentences[i])
-                used += len(sentences[i])
+                used += width(sentences[i])
         if not chosen:  # only small talk, or the best sentence alone is over the budget
             chosen = [_shorten(sentences[order[0]], budget)]
         return WarmShape(chosen[0], chosen[1:], entities, decisions)
@@ -283,12 +305,12 @@ class ExtractiveSummariser:
     def cold(self, warm: WarmShape) -> ColdShape:
         # The cold shape is the "minimal semantic field" (seed 001): a headline and a few tags within
         # about a twelfth of the warm shape, never under a short phrase and a tag or two.
-        target = max(MIN_COLD_CHARS, warm.chars // COLD_RATIO)
+        target = max(MIN_COLD_CHARS, warm.width // COLD_RATIO)
         tags: list[str] = []
         for tag in _keywords(" ".join([warm.summary, *warm.key_points, *warm.decisions]), TAGS_MAX):
-            if not tags or sum(map(len, tags)) + len(tag) <= target // 3:
+            if not tags or sum(map(width, tags)) + width(tag) <= target // 3:
                 tags.append(tag)
-        budget = min(HEADLINE_MAX, max(MIN_HEADLINE_CHARS, target - sum(map(len, tags))))
+        budget = min(HEADLINE_MAX, max(MIN_HEADLINE_CHARS, target - sum(map(width, tags))))
         # the summary is the episode's best sentence; a long one is cut at a word boundary
         headline = _shorten(warm.summary, budget)
         return ColdShape(headline=" ".join(headline.split()), tags=tags)

@@ -91,8 +91,16 @@ def test_no_tenant_or_user_sees_another(caplog, capsys):
     rare = {route: suite.routes[route] for route in ROUTES if suite.routes[route] < 100}
     assert not rare, f"endpoints barely exercised: {rare}"
     # The checks had answers to check, user-scoped ones included.
-    for where in ("search", "context", "memory list", "activate", "forget"):
-        assert suite.non_empty[where] >= 40, (where, suite.non_empty)
+    # activate answers only for a kind that exists and active memories: 35 to 70 of its answers
+    # had memories over three runs (the worlds' ids differ from run to run), hence its lower floor
+    for where, floor in (
+        ("search", 40),
+        ("context", 40),
+        ("memory list", 40),
+        ("activate", 20),
+        ("forget", 40),
+    ):
+        assert suite.non_empty[where] >= floor, (where, suite.non_empty)
     for action in ("get", "get_deep", "unpack", "anchor_post", "anchor_delete"):
         assert suite.non_empty[action] >= 5, (action, suite.non_empty)
     assert suite.user_scoped_non_empty >= 300, suite.user_scoped_non_empty
