@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test stop services install lint typecheck pytest clean bench evaluate
+.PHONY: run test stop services install browser lint typecheck pytest clean bench evaluate
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -21,6 +21,15 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The console's browser tests drive Debian's chromium through Playwright (no browser download).
+CHROMIUM ?= $(shell command -v chromium || echo /usr/bin/chromium)
+browser:
+	@test -x "$(CHROMIUM)" || { \
+	  echo "chromium is missing: installing Debian's chromium with apt-get (the console's browser tests drive it)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
+	  || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; }
+	@test -x "$(CHROMIUM)" || { echo "no chromium at $(CHROMIUM): install Debian's chromium package"; exit 1; }
 
 var/secret_key:
 	@mkdir -p var
@@ -45,8 +54,8 @@ lint: install
 typecheck: install
 	DEBUG=1 $(VENV)/bin/mypy memory_platform episodes retrieval lifecycle
 
-pytest: install
-	$(VENV)/bin/pytest
+pytest: install browser
+	CHROMIUM="$(CHROMIUM)" $(VENV)/bin/pytest
 
 test: lint typecheck pytest
 

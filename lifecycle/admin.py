@@ -5,11 +5,15 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from episodes import curation
 from episodes import services as episode_services
@@ -20,7 +24,8 @@ from memory_platform.admin_base import ReadOnlyAdmin
 from . import scoring, services
 from .candidates import CandidateError, candidate_approve, candidate_reject
 from .forgetting import forget_journaled
-from .models import Candidate, JournalEntry, MemoryPolicy, Preset, TickRun
+from .models import Candidate, JournalEntry, MemoryPolicy, PolicyChange, Preset, TickRun
+from .policy import policy_diff
 from .presets import PRESETS, apply_preset
 from .rollback import RollbackError, rollback_journal_entry
 
@@ -139,20 +144,71 @@ class MemoryPolicyAdmin(admin.ModelAdmin):
     autocomplete_fields = ("tenant",)
     actions = [f"apply_{name}" for name in Preset.values]
 
+    change_form_template = "admin/lifecycle/memorypolicy/change_form.html"
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         return ("tenant",) if obj is not None else ()
+
+    def get_urls(self) -> list[URLPattern]:
+        preview = self.admin_site.admin_view(require_POST(self.preview_view))
+        return [
+            path("<path:object_id>/preview/", preview, name="lifecycle_memorypolicy_preview"),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        policy = self.get_object(request, object_id)
+        changes = PolicyChange.objects.filter(tenant_id=policy.tenant_id)[:50] if policy is not None else []
+        return super().change_view(
+            request, object_id, form_url, {**(extra_context or {}), "policy_changes": changes}
+        )
+
+    def save_model(self, request: HttpRequest, obj: MemoryPolicy, form: Any, change: bool) -> None:
+        services.policy_save(policy=obj, now=timezone.now(), actor=_actor(request))
+
+    def preview_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """What a tick now would do with the values in the form, saving nothing (``tick_preview``)."""
+        saved = get_object_or_404(MemoryPolicy.objects.select_related("tenant"), pk=object_id)
+        if not self.has_change_permission(request, saved):
+            raise PermissionDenied
+        edited = MemoryPolicy.objects.select_related("tenant").get(pk=saved.pk)
+        form = self.get_form(request, edited)(request.POST, instance=edited)
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "title": f"Preview: {saved}",
+            "policy": saved,
+            "opts": self.model._meta,
+            "errors": form.errors if not form.is_valid() else None,
+        }
+        if context["errors"] is None:
+            unsaved = form.save(commit=False)
+            context["changes"] = policy_diff(saved, unsaved)
+            try:
+                context["preview"] = services.tick_preview(
+                    tenant=saved.tenant, now=timezone.now(), policy=unsaved
+                )
+            except services.TickBusy as exc:
+                context["busy"] = str(exc)
+        return TemplateResponse(request, "admin/lifecycle/memorypolicy/preview.html", context)
 
     def _apply(self, request: HttpRequest, queryset: QuerySet[MemoryPolicy], name: str) -> None:
         done = 0
         for policy in queryset.select_related("tenant"):
             apply_preset(policy, name)
             try:
-                policy.full_clean()
+                services.policy_save(
+                    policy=policy, now=timezone.now(), actor=f"{_actor(request)} (preset {name})"
+                )
             except ValidationError as exc:
                 # a preset can clash with a hand-set value (e.g. hot_days past cold_days)
                 self.message_user(request, f"{policy.tenant}: not applied: {exc.messages}", messages.ERROR)
                 continue
-            policy.save()
             done += 1
         self.message_user(request, f"applied preset {name!r} to {done} polic(ies)", messages.SUCCESS)
 

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from episodes.curation import episode_forget
 from episodes.models import Episode, State
@@ -88,16 +89,21 @@ def forget_apply(*, tenant: Tenant, episode_ids: Sequence[int], now: datetime, a
     return done
 
 
+def purge_due(tenant: Tenant, now: datetime, grace_days: int) -> QuerySet[Episode]:
+    """The episodes forgotten more than ``grace_days`` before ``now``: the purge's to delete."""
+    return Episode.objects.for_tenant(tenant).filter(
+        state=State.FORGOTTEN, forgotten_at__lt=now - timedelta(days=grace_days)
+    )
+
+
 def purge_forgotten(
     *, tenant: Tenant, now: datetime, grace_days: int, run: TickRun | None = None
 ) -> tuple[int, list[tuple[int, Exception]]]:
     """Delete for good the episodes forgotten more than ``grace_days`` ago (turns and links go with
     them). The journal keeps a note of each; it cannot be rolled back."""
-    cutoff = now - timedelta(days=grace_days)
     purged = 0
     failed: list[tuple[int, Exception]] = []
-    due = Episode.objects.for_tenant(tenant).filter(state=State.FORGOTTEN, forgotten_at__lt=cutoff)
-    for episode in due.defer("embedding", "search_text").order_by("pk"):
+    for episode in purge_due(tenant, now, grace_days).defer("embedding", "search_text").order_by("pk"):
         turn_ids = list(episode.turns.values_list("pk", flat=True))
         try:
             # Redis first: once the rows are gone nothing names the turn documents any more.

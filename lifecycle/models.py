@@ -171,3 +171,36 @@ class AccessWindow(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.episode_id} since {self.started_at:%Y-%m-%d} from {self.access_count_at_start}"
+
+
+class TenantSnapshot(models.Model):
+    """A tenant's figures (``lifecycle.stats.tenant_stats``) at one moment: written every hour by a
+    scheduled task and kept ``MEMORY["SNAPSHOT_KEEP_DAYS"]`` days; the console's charts read them."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="snapshots")
+    taken_at = models.DateTimeField()
+    data = models.JSONField()
+
+    class Meta:
+        ordering = ("-taken_at", "-id")
+        indexes = [models.Index(fields=["tenant", "-taken_at"], name="snapshot_tenant_taken")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} at {self.taken_at:%Y-%m-%d %H:%M}"
+
+
+class PolicyChange(models.Model):
+    """A saved change of a tenant's policy: who, when, which fields, their old and new values
+    (``lifecycle.services.policy_save``; secrets only as set or empty)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="policy_changes")
+    changed_at = models.DateTimeField()
+    actor = models.CharField(max_length=100, help_text="admin:<user>, api:<key prefix>, preset")
+    changes = models.JSONField(help_text="{field: [old, new]}")
+
+    class Meta:
+        ordering = ("-changed_at", "-id")
+        indexes = [models.Index(fields=["tenant", "-changed_at"], name="policychange_tenant_changed")]
+
+    def __str__(self) -> str:
+        return f"{', '.join(self.changes)} by {self.actor} at {self.changed_at:%Y-%m-%d %H:%M}"

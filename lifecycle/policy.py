@@ -21,6 +21,9 @@ from memory_platform.conf import memory_settings
 from memory_platform.openai_compat import validate_base_url
 from memory_platform.tenancy.models import Tenant
 
+#: A policy's language: "auto" or one of a turn's (``episodes.language.Language``).
+POLICY_LANGUAGES = [("auto", "read off each turn's script"), *Language.choices]
+
 
 def setting_default(name: str) -> Any:
     """A policy starts from the platform's ``MEMORY`` setting when there is one (memory_platform.conf)."""
@@ -54,6 +57,9 @@ POSITIVE_FIELDS = (
     "tick_interval_minutes", "episode_gap_seconds", "episode_max_turns", "rrf_k", "warm_points_min",
     "priority_frequency_cap", "adr_decay_factor", "adr_initial_weight", "warm_target_ratio",
 )
+#: The smallest value of a positive float field: time constants divide ages, and a denormal one
+#: (5e-324) makes scores infinite.
+POSITIVE_FLOAT_MIN = 1e-6
 PRIORITY_WEIGHTS = (
     "priority_recency_weight", "priority_frequency_weight", "priority_anchor_weight",
     "priority_relevance_weight",
@@ -158,7 +164,7 @@ class MemoryPolicy(models.Model):
     # languages (episodes.language)
     language = models.CharField(
         max_length=4,
-        choices=[("auto", "read off each turn's script"), *Language.choices],
+        choices=POLICY_LANGUAGES,
         default="auto",
         help_text="The language of turns and memories that do not name theirs: 'auto' reads it off the "
         "text (Chinese characters, Cyrillic or Latin letters); a language here is taken as it is.",
@@ -291,7 +297,7 @@ class MemoryPolicy(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"policy of {self.tenant_id} ({self.preset})"
+        return f"{self.tenant.name}'s policy ({self.preset})"
 
     def clean(self) -> None:
         errors: dict[str, str] = {}
@@ -299,8 +305,9 @@ class MemoryPolicy(models.Model):
             if getattr(self, name) < 0:
                 errors[name] = f"{name} must not be negative (got {getattr(self, name)})."
         for name in POSITIVE_FIELDS:
-            if getattr(self, name) <= 0:
-                errors[name] = f"{name} must be greater than 0 (got {getattr(self, name)})."
+            value = getattr(self, name)
+            if value <= 0 or (isinstance(value, float) and value < POSITIVE_FLOAT_MIN):
+                errors[name] = f"{name} must be at least {POSITIVE_FLOAT_MIN:g} (got {value})."
         for name in UNIT_FIELDS:
             if not 0 <= getattr(self, name) <= 1:
                 errors[name] = f"{name} must be between 0 and 1 (got {getattr(self, name)})."
@@ -359,3 +366,21 @@ def policy_for(tenant: Tenant) -> MemoryPolicy:
         return found[0]
     policy, _ = MemoryPolicy.objects.get_or_create(tenant=tenant)
     return policy
+
+
+#: Fields whose values a change record never shows (only that they changed).
+SECRET_FIELDS = frozenset({"llm_api_key"})
+
+
+def policy_diff(before: MemoryPolicy, after: MemoryPolicy) -> dict[str, list[Any]]:
+    """The fields that differ, as ``{name: [old, new]}`` (secrets as "(set)" or "(empty)")."""
+    changed: dict[str, list[Any]] = {}
+    for field in MemoryPolicy._meta.concrete_fields:
+        if field.name in {"id", "tenant", "updated_at"}:
+            continue
+        old, new = field.value_from_object(before), field.value_from_object(after)
+        if old != new:
+            if field.name in SECRET_FIELDS:
+                old, new = ("(set)" if old else "(empty)"), ("(set)" if new else "(empty)")
+            changed[field.name] = [old, new]
+    return changed

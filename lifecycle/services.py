@@ -26,6 +26,7 @@ from episodes.services import (
     MemoryInput,
     TurnInput,
 )
+from memory_platform import counters
 from memory_platform.tenancy.models import Tenant
 
 from . import moves, scoring, transitions
@@ -34,16 +35,18 @@ from .compression import get_summariser
 from .forgetting import forget_apply, forget_journaled, forget_select, purge_forgotten
 from .hotsync import sync_episode
 from .journal import journal_record
-from .models import policy_for
+from .models import MemoryPolicy, PolicyChange, policy_for
+from .policy import policy_diff
 from .quota import make_room
 from .rollback import RollbackError, rollback_journal_entry
 from .selectors import segmentation_rules
-from .tick import STEPS, TickInterrupted, tick_run
+from .tick import STEPS, TickBusy, TickInterrupted, tick_preview, tick_run
 
 __all__ = [
     "STEPS",
     "CandidateError",
     "RollbackError",
+    "TickBusy",
     "TickInterrupted",
     "candidate_approve",
     "candidate_reject",
@@ -55,8 +58,10 @@ __all__ = [
     "forget_journaled",
     "forget_select",
     "memory_create",
+    "policy_save",
     "purge_forgotten",
     "rollback_journal_entry",
+    "tick_preview",
     "tick_run",
     "turns_ingest",
 ]
@@ -71,7 +76,7 @@ def turns_ingest(
         dataclasses.replace(t, language=language_of(t.text, given=t.language, default=policy.language))
         for t in turns
     ]
-    return episode_services.turns_ingest(
+    result = episode_services.turns_ingest(
         tenant=tenant,
         turns=turns,
         now=now,
@@ -79,17 +84,21 @@ def turns_ingest(
         make_room=lambda ids: make_room(tenant=tenant, now=now, arriving=ids),
         asynchronous=asynchronous,
     )
+    counters.add(tenant.pk, "turns_ingested", len(turns))
+    return result
 
 
 def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Episode:
     """An explicit memory (a fact, a preference), its tenant's hot tier kept within its quota."""
     given = language_of(memory.text, given=memory.language, default=policy_for(tenant).language)
-    return episode_services.memory_create(
+    episode = episode_services.memory_create(
         tenant=tenant,
         memory=dataclasses.replace(memory, language=given),
         now=now,
         make_room=lambda ids: make_room(tenant=tenant, now=now, arriving=ids),
     )
+    counters.add(tenant.pk, "memories_created")
+    return episode
 
 
 def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int], now: datetime) -> int:
@@ -111,6 +120,10 @@ def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int
                 stability=stability, difficulty=difficulty, last_review_at=now
             )
             reviewed += 1
+    counters.write(
+        tenant.pk,
+        counts=[("feedback", {"kind": "used"}, len(used)), ("feedback", {"kind": "unused"}, len(unused))],
+    )
     return reviewed
 
 
@@ -155,6 +168,7 @@ def episode_unpack(*, tenant: Tenant, episode_id: int, now: datetime, actor: str
             transitions.promote(episode, reason="unpack", move=transitions.Move(now=now, actor=actor))
     if previous != Layer.HOT:
         make_room(tenant=tenant, now=now, arriving=[episode.pk], actor=actor)
+        counters.add(tenant.pk, "unpacks", layer=previous)
     return episode, previous
 
 
@@ -180,3 +194,18 @@ def episode_pack(*, tenant: Tenant, episode_id: int, layer: str, now: datetime, 
     if cold and not transitions.demote_to_cold(episode, moves.cold_shape(episode, summariser), move=move):
         raise ConflictError("the episode changed while it was being packed; try again")
     return episode
+
+
+def policy_save(*, policy: MemoryPolicy, now: datetime, actor: str) -> PolicyChange | None:
+    """Save a tenant's policy (validated) and record what changed, who and when; None when nothing
+    did. The one way the admin, its preset actions and the API change a policy."""
+    policy.full_clean()
+    with transaction.atomic():
+        before = MemoryPolicy.objects.select_for_update().filter(pk=policy.pk).first()
+        policy.save()
+        changes = policy_diff(before, policy) if before is not None else {"created": [None, policy.preset]}
+        if not changes:
+            return None
+        return PolicyChange.objects.create(
+            tenant_id=policy.tenant_id, changed_at=now, actor=actor, changes=changes
+        )

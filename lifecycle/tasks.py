@@ -15,6 +15,7 @@ from .tick import tick_run
 SCHEDULE_PREFIX = "lifecycle.tick:"
 SELF_SCHEDULE = "lifecycle.schedule_ticks"
 REPAIR_SCHEDULE = "episodes.repair_hot_index"
+SNAPSHOT_SCHEDULE = "lifecycle.take_snapshots"
 
 
 def tick_tenant(tenant_id: str) -> dict[str, Any]:
@@ -25,11 +26,18 @@ def tick_tenant(tenant_id: str) -> dict[str, Any]:
     return {"status": run.status, "tick_run": run.pk, "counts": run.counts}
 
 
+def take_snapshots() -> dict[str, int]:
+    """Every active tenant's figures, for the console's charts (hourly; kept 90 days by default)."""
+    from .stats import take_snapshots as take
+
+    return take(timezone.now())
+
+
 def schedule_ticks() -> dict[str, int]:
     """Make the django-q2 schedules match the tenants: one tick schedule per active tenant at its
-    policy's `tick_interval_minutes`, none for others; the hot index repair every minute; and this
-    function itself every 10 minutes, so new tenants and edited intervals are picked up. Safe to
-    call any number of times."""
+    policy's `tick_interval_minutes`, none for others; the hot index repair every minute; the
+    tenants' snapshots every hour; and this function itself every 10 minutes, so new tenants and
+    edited intervals are picked up. Safe to call any number of times."""
     from django_q.models import Schedule
 
     created = updated = removed = 0
@@ -60,6 +68,7 @@ def schedule_ticks() -> dict[str, int]:
     for name, func, minutes in (
         (REPAIR_SCHEDULE, "episodes.tasks.repair_hot_index", 1),
         (SELF_SCHEDULE, "lifecycle.tasks.schedule_ticks", 10),
+        (SNAPSHOT_SCHEDULE, "lifecycle.tasks.take_snapshots", 60),
     ):
         Schedule.objects.get_or_create(
             name=name,

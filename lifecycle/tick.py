@@ -22,14 +22,16 @@ from django.utils import timezone
 
 from episodes.models import Layer, State
 from episodes.stores.hot import HotUnavailable
+from memory_platform import counters
 from memory_platform.tenancy.models import Tenant
 
 from . import scoring
 from .candidates import propose_delete, propose_merges, withdraw_delete
-from .forgetting import purge_forgotten
+from .compression import ExtractiveSummariser
+from .forgetting import purge_due, purge_forgotten
 from .hotsync import collect_hot_garbage, hot_repair, retag_state
 from .journal import to_json
-from .models import TickRun, policy_for
+from .models import Candidate, JournalEntry, MemoryPolicy, TickRun, policy_for
 from .moves import step_hot_to_warm, step_promote, step_warm_gradient, step_warm_to_cold
 from .tick_context import FaultHook, Tick, TickInterrupted
 
@@ -212,6 +214,96 @@ def _finish(run: TickRun, started: float) -> None:
     run.finished_at = timezone.now()
     run.duration_ms = int((time.perf_counter() - started) * 1000)
     run.save(update_fields=["status", "counts", "errors", "finished_at", "duration_ms"])
+    counters.write(
+        run.tenant_id,
+        counts=[("ticks", {"status": run.status}, 1), ("tick_errors", {}, len(run.errors))],
+        observations=[("tick_ms", {}, run.duration_ms)],
+    )
 
 
-__all__ = ["STEPS", "TickInterrupted", "tick_run"]
+# --- the preview -------------------------------------------------------------------------------------
+class _Discard(Exception):
+    """Raised to roll back a preview's transaction."""
+
+
+#: The steps a preview runs as the tick does. Not the two that change Redis directly: the repair
+#: (what it would do does not depend on the policy) and the purge (counted instead, below).
+PREVIEW_STEPS = tuple(step for step in STEPS if step not in {"repair", "purge"})
+
+
+class TickBusy(Exception):
+    """Another tick (or preview) of the tenant holds its lock."""
+
+
+def tick_preview(
+    *, tenant: Tenant, now: datetime, policy: MemoryPolicy | None = None, sample: int = 5
+) -> dict[str, Any]:
+    """What a tick at ``now`` would do under ``policy`` (an unsaved one from a form or a request,
+    else the tenant's), without writing anything: the tick's own steps run in one transaction that
+    is then rolled back, with the Redis changes they queue for the commit. Returns the moves per
+    step (as a tick run's ``counts``), errors, and for each kind of change a sample of the episodes
+    behind it (from the journal entries the steps wrote, read before the rollback).
+
+    The extractive summariser stands in for an LLM one (what moves does not depend on the words);
+    rows the steps change stay locked until the rollback. Raises TickBusy while a tick runs."""
+    policy = policy or policy_for(tenant)
+    if not _try_lock(tenant):
+        raise TickBusy(f"a tick of {tenant.name} is running; preview again when it is done")
+    result: dict[str, Any] = {}
+    try:
+        with transaction.atomic():
+            run = TickRun.objects.create(tenant=tenant, now_used=now, started_at=timezone.now())
+            tick = Tick(tenant=tenant, policy=policy, now=now, run=run)
+            tick.summariser = ExtractiveSummariser(policy)
+            last_candidate = Candidate.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+            for step in PREVIEW_STEPS:
+                STEP_FUNCTIONS[step](tick)
+            tick.counts["purged"] += purge_due(tenant, now, policy.purge_grace_days).count()
+            result = {
+                "now": now.isoformat(),
+                "counts": {k: v for k, v in sorted(tick.counts.items()) if v and k != "scored"},
+                "scored": tick.counts["scored"],
+                "errors": tick.errors,
+                "samples": _samples(run, last_candidate, sample),
+            }
+            raise _Discard
+    except _Discard:
+        pass
+    finally:
+        _unlock(tenant)
+    return result
+
+
+def _samples(run: TickRun, last_candidate: int, size: int) -> dict[str, list[dict[str, Any]]]:
+    """Up to ``size`` episodes per kind of change the run journaled, and per candidate kind."""
+    samples: dict[str, list[dict[str, Any]]] = {}
+    entries = JournalEntry.objects.filter(tick_run=run).select_related("episode").order_by("pk")
+    for entry in entries:
+        kind = (
+            entry.action
+            if entry.action != "state"
+            else f"state:{entry.before.get('state')}->{entry.after.get('state')}"
+        )
+        bucket = samples.setdefault(kind, [])
+        if len(bucket) < size and entry.episode is not None:
+            # the layer before this change (the row holds where the whole tick left it)
+            bucket.append(_described(entry.episode, entry.before.get("layer")))
+    proposed = Candidate.objects.filter(tenant=run.tenant, pk__gt=last_candidate)
+    for candidate in proposed.select_related("episode").order_by("pk"):
+        bucket = samples.setdefault(f"candidate:{candidate.kind}", [])
+        if len(bucket) < size:
+            bucket.append(_described(candidate.episode, None))
+    return samples
+
+
+def _described(episode: Any, layer: str | None) -> dict[str, Any]:
+    return {
+        "id": episode.public_id,
+        "title": episode.title,
+        "session_id": episode.session_id,
+        "layer": layer or episode.layer,
+        "last_accessed_at": episode.last_accessed_at.isoformat(),
+    }
+
+
+__all__ = ["PREVIEW_STEPS", "STEPS", "TickBusy", "TickInterrupted", "tick_preview", "tick_run"]

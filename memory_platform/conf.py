@@ -66,6 +66,8 @@ DEFAULTS: dict[str, Any] = {
     # overrides it. Over it, ingest sends the least recently used hot episodes to warm first.
     "HOT_QUOTA_BYTES": 64 * 1024 * 1024,
     "PURGE_GRACE_DAYS": 30,
+    # Hourly snapshots of each tenant's figures (the console's charts) are kept this long.
+    "SNAPSHOT_KEEP_DAYS": 90,
 }
 
 

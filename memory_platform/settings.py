@@ -178,7 +178,7 @@ REDIS_URL = redis_from_url(env.str("REDIS_URL")) if EMBEDDED_REDIS is None else 
 
 # --- apps -------------------------------------------------------------------------------------------
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "lifecycle.admin_config.ConsoleAdminConfig",  # django.contrib.admin with the console's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -199,6 +199,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "memory_platform.request_metrics.RequestMetricsMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -272,7 +273,11 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
-    "ENUM_NAME_OVERRIDES": {"LayerEnum": "episodes.models.Layer.values"},
+    "ENUM_NAME_OVERRIDES": {
+        "LayerEnum": "episodes.models.Layer.values",
+        "LanguageEnum": "episodes.language.Language.values",
+        "PolicyLanguageEnum": "lifecycle.policy.POLICY_LANGUAGES",
+    },
     "OAS_VERSION": "3.1.0",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -342,6 +347,7 @@ _MEMORY_FROM_ENV = {
     "RATE_LIMIT": ("MEMORY_RATE_LIMIT", _rate),
     "TENANT_RATE_LIMIT": ("MEMORY_TENANT_RATE_LIMIT", _rate),
     "AUTH_FAILURE_LIMIT": ("MEMORY_AUTH_FAILURE_LIMIT", _rate),
+    "SNAPSHOT_KEEP_DAYS": ("MEMORY_SNAPSHOT_KEEP_DAYS", lambda name: _int(name, 90, minimum=1)),
 }
 MEMORY = {key: read(name) for key, (name, read) in _MEMORY_FROM_ENV.items() if env.str(name, default="")}
 

@@ -29,7 +29,7 @@ from episodes.stores.rows import turns_for
 from lifecycle import scoring
 from lifecycle.selectors import SearchSettings, search_settings
 from lifecycle.services import feedback_review
-from memory_platform import db
+from memory_platform import counters, db
 from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
 
@@ -195,13 +195,36 @@ def search(
         if refused:
             degraded = True
             reason = f"{refused}; {len(missed)} new hot episode(s) are answered from Postgres until indexed"
+    took_ms = (time.perf_counter() - started) * 1000
+    _count_search(
+        tenant, hits, took_ms, outage=outage, hot=search_hot, packed=bool(archive_layers), degraded=degraded
+    )
     return SearchResult(
         hits=hits,
         degraded=degraded,
-        took_ms=(time.perf_counter() - started) * 1000,
+        took_ms=took_ms,
         query_vector=vector,
         stale=bool(missed) and not outage,
         reason=reason,
+    )
+
+
+def _count_search(
+    tenant: Tenant, hits: list[Hit], took_ms: float, *, outage: bool, hot: bool, packed: bool, degraded: bool
+) -> None:
+    """The search's path, latency and hits by layer, in the tenant's counters (issue 18)."""
+    path = "postgres" if outage else "tiers" if hot and packed else "packed" if packed else "hot"
+    layers: dict[str, int] = {}
+    for hit in hits:
+        layers[hit.episode.layer] = layers.get(hit.episode.layer, 0) + 1
+    counters.write(
+        tenant.pk,
+        counts=[
+            ("searches", {"path": path}, 1),
+            ("searches_degraded", {}, int(degraded)),
+            *(("hits", {"layer": layer}, n) for layer, n in layers.items()),
+        ],
+        observations=[("search_ms", {"path": path}, took_ms)],
     )
 
 

@@ -9,4 +9,7 @@ urlpatterns = [
     path("turns", views.TurnsView.as_view(), name="turns"),
     path("memories/<memory:episode_id>/anchor", views.MemoryAnchorView.as_view(), name="memory-anchor"),
     path("forget", views.ForgetView.as_view(), name="forget"),
+    path("stats", views.StatsView.as_view(), name="stats"),
+    path("policy", views.PolicyView.as_view(), name="policy"),
+    path("policy/preview", views.PolicyPreviewView.as_view(), name="policy-preview"),
 ]

@@ -1,8 +1,12 @@
-"""Memories and turns (written by the tenant's policy and within its hot quota), pinning, and
-`POST /forget` (seed 004 Forget and ForgetByThreshold). Views validate, call, serialise."""
+"""Memories and turns (written by the tenant's policy and within its hot quota), pinning,
+`POST /forget` (seed 004 Forget and ForgetByThreshold), the tenant's figures and policy (scope
+`admin`). Views validate, call, serialise."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -17,10 +21,12 @@ from episodes.api import serializers as episode_serializers
 from episodes.api.views import named, not_found
 from episodes.services import MemoryInput, TurnInput
 from memory_platform.api.base import TenantAPIView
-from memory_platform.api.errors import PayloadTooLarge
+from memory_platform.api.errors import Conflict, PayloadTooLarge
 from memory_platform.conf import memory_settings
 
 from .. import services
+from ..models import MemoryPolicy, policy_for
+from ..stats import tenant_stats
 from . import serializers as s
 
 
@@ -198,3 +204,88 @@ class ForgetView(TenantAPIView):
             )
         shown = episode_selectors.public_ids_of(self.tenant, ids)
         return Response({"dry_run": d["dry_run"], "count": len(ids), "ids": [shown[i] for i in ids]})
+
+
+class StatsView(TenantAPIView):
+    """The caller's tenant's figures: the console's numbers (``lifecycle.stats``)."""
+
+    required_scope = "admin"
+
+    @extend_schema(
+        responses={
+            200: OpenApiResponse(description="the tenant's figures (see the README's Operating section)")
+        },
+        summary="The tenant's figures: episodes and turns by layer and state, bytes, compression, "
+        "searches and their latency, hits by layer, unpacks, feedback, ingest, ticks, candidates",
+    )
+    def get(self, request: Request) -> Response:
+        return Response(tenant_stats([self.tenant], timezone.now())[self.tenant.pk])
+
+
+POLICY_CONFLICT = OpenApiResponse(
+    description="the fields together break a rule of the policy: an ordered pair (theta_delete < "
+    "theta_active, hot_days < cold_days, the priority and the retrievability thresholds), "
+    "warm_points_min <= warm_points_max, priority weights adding up to at most 1, the `llm` "
+    "summariser without llm_base_url and llm_model, FSRS-6 parameters out of their bounds"
+)
+
+
+def _policy_with(policy: MemoryPolicy, data: Any) -> tuple[MemoryPolicy, dict[str, Any]]:
+    """``policy`` with the request's fields applied (not saved), validated by the model's rules."""
+    serializer = s.PolicySerializer(policy, data=data, partial=True)
+    serializer.is_valid(raise_exception=True)
+    for name, value in serializer.validated_data.items():
+        setattr(policy, name, value)
+    try:
+        policy.full_clean()
+    except DjangoValidationError as exc:
+        # each field's own rule was the serializer's (400): what is left is a rule between fields
+        rules = "; ".join(message for messages in exc.message_dict.values() for message in messages)
+        raise Conflict(f"the policy's rules: {rules}") from None
+    return policy, serializer.validated_data
+
+
+class PolicyView(TenantAPIView):
+    """The caller's tenant's memory policy (scope ``admin``): read it, change some of its fields."""
+
+    required_scope = "admin"
+
+    @extend_schema(responses=s.PolicySerializer, summary="The tenant's memory policy")
+    def get(self, request: Request) -> Response:
+        return Response(s.PolicySerializer(policy_for(self.tenant)).data)
+
+    @extend_schema(
+        request=s.PolicySerializer,
+        responses={200: s.PolicySerializer, 409: POLICY_CONFLICT},
+        summary="Change fields of the tenant's memory policy (validated as in the console; recorded)",
+    )
+    def patch(self, request: Request) -> Response:
+        policy, _ = _policy_with(policy_for(self.tenant), request.data)
+        services.policy_save(policy=policy, now=timezone.now(), actor=f"api:{self.api_key.prefix}")
+        return Response(s.PolicySerializer(policy).data)
+
+
+class PolicyPreviewView(TenantAPIView):
+    """What a tick now would do under the policy with the body's fields, saving nothing."""
+
+    required_scope = "admin"
+
+    @extend_schema(
+        request=s.PolicySerializer,
+        responses={
+            200: OpenApiResponse(
+                description="moves per step, errors, and sample episodes per kind of change"
+            ),
+            409: OpenApiResponse(
+                description=f"a tick of the tenant is running, or {POLICY_CONFLICT.description}"
+            ),
+        },
+        summary="Preview a policy: the moves a tick now would make under it, nothing written",
+    )
+    def post(self, request: Request) -> Response:
+        policy, fields = _policy_with(policy_for(self.tenant), request.data)
+        try:
+            preview = services.tick_preview(tenant=self.tenant, now=timezone.now(), policy=policy)
+        except services.TickBusy as exc:
+            raise Conflict(str(exc)) from None
+        return Response({"fields": sorted(fields), **preview})

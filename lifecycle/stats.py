@@ -1,0 +1,214 @@
+"""A tenant's figures, computed once for the console, ``GET /api/v1/stats`` and ``GET /metrics``
+(issue 18, "numbers first").
+
+What Postgres holds is counted there (episodes and turns by layer and state, bytes, compression,
+candidates pending, tick runs); what passes without a row (searches and their latency, hits by
+layer, unpacks, feedback, turns ingested) comes from ``memory_platform.counters``. Figures "over
+the last 24 hours" subtract the hourly snapshot (``TenantSnapshot``) taken a day before ``now``.
+
+The number of statements does not depend on the number of tenants or episodes: every query groups
+by tenant (tested for 1 and 20 tenants).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from django.db.models import Count, Sum
+
+from episodes.models import Episode, Layer
+from memory_platform import counters
+from memory_platform.conf import memory_settings
+from memory_platform.tenancy.models import Tenant
+
+from .models import Candidate, TenantSnapshot, TickRun
+
+LAYERS = (Layer.HOT, Layer.WARM, Layer.COLD)
+DAY = timedelta(days=1)
+
+
+def tenant_stats(
+    tenants: Sequence[Tenant], now: datetime, live: Mapping[str, Mapping[str, counters.Series]] | None = None
+) -> dict[UUID, dict[str, Any]]:
+    """Each tenant's figures at ``now``, by the tenant's primary key (``live``: the counters when
+    the caller has read them already)."""
+    ids = [t.pk for t in tenants]
+    out: dict[UUID, dict[str, Any]] = {t.pk: _empty(t, now) for t in tenants}
+
+    rows = (
+        Episode.objects.filter(tenant_id__in=ids)
+        .values("tenant_id", "layer", "state")
+        .annotate(
+            n=Count("id"),
+            turn_sum=Sum("turn_count"),
+            raw=Sum("raw_chars"),
+            hot=Sum("hot_bytes"),
+            packed=Sum("packed_chars"),
+        )
+    )
+    for row in rows:
+        stats = out[row["tenant_id"]]
+        layer = row["layer"]
+        stats["episodes"][layer][row["state"]] = row["n"]
+        stats["turns"][layer] += row["turn_sum"] or 0
+        stats["raw_chars"][layer] += row["raw"] or 0
+        stats["bytes"][layer] += (row["hot"] if layer == Layer.HOT else row["packed"]) or 0
+    for stats in out.values():
+        stats["episodes_total"] = sum(sum(states.values()) for states in stats["episodes"].values())
+        for layer in (Layer.WARM, Layer.COLD):
+            packed = stats["bytes"][layer]
+            stats["compression"][layer] = round(stats["raw_chars"][layer] / packed, 2) if packed else None
+
+    pending = (
+        Candidate.objects.filter(tenant_id__in=ids, status=Candidate.Status.PROPOSED)
+        .values("tenant_id", "kind")
+        .annotate(n=Count("id"))
+    )
+    for proposal in pending:
+        out[proposal["tenant_id"]]["candidates_pending"][proposal["kind"]] = proposal["n"]
+
+    last_runs = (
+        TickRun.objects.filter(tenant_id__in=ids)
+        .order_by("tenant_id", "-started_at", "-id")
+        .distinct("tenant_id")
+    )
+    for run in last_runs:
+        out[run.tenant_id]["ticks"]["last"] = _run(run)
+    for run in TickRun.objects.filter(tenant_id__in=ids, started_at__gt=now - DAY, started_at__lte=now).only(
+        "tenant_id", "status", "counts", "errors", "duration_ms"
+    ):
+        day = out[run.tenant_id]["ticks"]["last_24h"]
+        day["runs"] += 1
+        day["failed"] += run.status == TickRun.Status.FAILED
+        day["errors"] += len(run.errors or [])
+        day["duration_ms_max"] = max(day["duration_ms_max"], run.duration_ms or 0)
+        for step, moved in (run.counts or {}).items():
+            day["moves"][step] = day["moves"].get(step, 0) + moved
+
+    live = live if live is not None else counters.read(ids)
+    for pk in ids:
+        out[pk]["counters"] = _counters(live[str(pk)])
+
+    day_before = {
+        snapshot.tenant_id: snapshot.data
+        for snapshot in TenantSnapshot.objects.filter(tenant_id__in=ids, taken_at__lte=now - DAY)
+        .order_by("tenant_id", "-taken_at", "-id")
+        .distinct("tenant_id")
+    }
+    for pk in ids:
+        out[pk]["last_24h"] = _since(out[pk]["counters"], day_before.get(pk, {}).get("counters"))
+    return out
+
+
+def _empty(tenant: Tenant, now: datetime) -> dict[str, Any]:
+    return {
+        "tenant": tenant.name,
+        "at": now.isoformat(),
+        "episodes": {layer: {} for layer in LAYERS},
+        "episodes_total": 0,
+        "turns": dict.fromkeys(LAYERS, 0),
+        "raw_chars": dict.fromkeys(LAYERS, 0),
+        "bytes": dict.fromkeys(LAYERS, 0),
+        "compression": {Layer.WARM: None, Layer.COLD: None},
+        "candidates_pending": {Candidate.Kind.MERGE: 0, Candidate.Kind.DELETE: 0},
+        "ticks": {
+            "last": None,
+            "last_24h": {"runs": 0, "failed": 0, "errors": 0, "duration_ms_max": 0, "moves": {}},
+        },
+    }
+
+
+def _run(run: TickRun) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "started_at": run.started_at.isoformat(),
+        "status": run.status,
+        "duration_ms": run.duration_ms,
+        "moves": run.counts,
+        "errors": len(run.errors or []),
+    }
+
+
+def _by(series: counters.Series | None, label: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for labels, value in (series.values if series else {}).items():
+        key = dict(labels).get(label, "")
+        out[key] = out.get(key, 0) + int(value)
+    return out
+
+
+def _counters(metrics: Mapping[str, counters.Series]) -> dict[str, Any]:
+    """The counted figures since counting began (cumulative; ``last_24h`` has the differences)."""
+    latency = counters.histogram(metrics, "search_ms")
+    return {
+        "searches": _by(metrics.get("searches"), "path"),
+        "searches_degraded": int(metrics["searches_degraded"].total())
+        if "searches_degraded" in metrics
+        else 0,
+        "search_ms": {"buckets": latency.buckets, "count": latency.count, "sum": round(latency.sum, 3)},
+        "hits": _by(metrics.get("hits"), "layer"),
+        "unpacks": _by(metrics.get("unpacks"), "layer"),
+        "feedback": _by(metrics.get("feedback"), "kind"),
+        "turns_ingested": int(metrics["turns_ingested"].total()) if "turns_ingested" in metrics else 0,
+        "memories_created": int(metrics["memories_created"].total()) if "memories_created" in metrics else 0,
+    }
+
+
+def _since(current: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Searches, their latency, hits, unpacks, feedback and ingest since ``before`` (the snapshot a
+    day back); None when there is no snapshot that old yet."""
+    if before is None:
+        return None
+    minus = gained
+    latency_now, latency_then = current["search_ms"], before.get("search_ms", {})
+    buckets = minus(latency_now["buckets"], latency_then.get("buckets", {}))
+    count = sum(buckets.values())
+    histogram = counters.Histogram(buckets, count, 0.0)
+    searches = minus(current["searches"], before.get("searches", {}))
+    return {
+        "searches": int(sum(searches.values())),
+        "search_ms_p50": _finite(histogram.quantile(0.5)),
+        "search_ms_p95": _finite(histogram.quantile(0.95)),
+        "hits": minus(current["hits"], before.get("hits", {})),
+        "unpacks": int(sum(minus(current["unpacks"], before.get("unpacks", {})).values())),
+        "feedback": minus(current["feedback"], before.get("feedback", {})),
+        "turns_ingested": max(0, current["turns_ingested"] - before.get("turns_ingested", 0)),
+    }
+
+
+def gained(now: Mapping[str, float], then: Mapping[str, float]) -> dict[str, float]:
+    """What counters gained between two readings; one that went down was reset (a Redis that lost
+    its data starts again from zero), so all of its value is new."""
+    return {
+        key: value - then.get(key, 0) if value >= then.get(key, 0) else value for key, value in now.items()
+    }
+
+
+def _finite(value: float | None) -> float | str | None:
+    return "+Inf" if value is not None and math.isinf(value) else value
+
+
+def search_latency(stats: Mapping[str, Any], q: float) -> float | str | None:
+    """A quantile of the tenant's search latency (ms, a bucket's upper bound): over the last 24
+    hours when a day-old snapshot exists, else since counting began."""
+    day = stats.get("last_24h")
+    if day is not None and day["searches"]:
+        return day[f"search_ms_p{round(q * 100)}"]
+    latency = stats["counters"]["search_ms"]
+    return _finite(counters.Histogram(latency["buckets"], latency["count"], latency["sum"]).quantile(q))
+
+
+def take_snapshots(now: datetime) -> dict[str, int]:
+    """One snapshot per active tenant at ``now``; those older than ``SNAPSHOT_KEEP_DAYS`` go."""
+    tenants = list(Tenant.objects.filter(is_active=True).order_by("pk"))
+    stats = tenant_stats(tenants, now)
+    TenantSnapshot.objects.bulk_create(
+        TenantSnapshot(tenant_id=pk, taken_at=now, data=data) for pk, data in stats.items()
+    )
+    keep = timedelta(days=memory_settings.SNAPSHOT_KEEP_DAYS)
+    removed, _ = TenantSnapshot.objects.filter(taken_at__lt=now - keep).delete()
+    return {"taken": len(stats), "removed": removed}

@@ -1,0 +1,164 @@
+"""Counters and latency histograms, kept per tenant in Redis (issue 18, "numbers first").
+
+Every process adds to the same numbers (the web workers, the task worker, the scheduler), so the
+console, ``GET /api/v1/stats`` and ``GET /metrics`` read one set of figures instead of computing
+three. What Postgres already knows (episodes by layer and state, bytes, tick runs, candidates) is
+read from Postgres (``lifecycle.stats``); what passes and leaves no row (searches, their latency,
+hits by layer, unpacks, feedback, turns ingested, requests) is counted here.
+
+One Redis hash per scope (a tenant's primary key, or ``PLATFORM`` for what belongs to no tenant);
+a field is a metric's name with its labels, ``search_ms|path=hot|le=25``. Histograms keep one
+field per bucket (not cumulative), ``_count`` and ``_sum``. Counting fails open: a Redis outage
+loses counts, never a request; the hourly snapshots (``lifecycle.models.TenantSnapshot``) keep
+what was read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import redis
+
+from .redis_client import get_redis
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "mp:metrics:"
+PLATFORM = "platform"
+#: Upper bounds of the latency buckets, in milliseconds (the last bucket is +Inf).
+LATENCY_BUCKETS_MS: tuple[float, ...] = (2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+
+def _field(name: str, labels: Mapping[str, object]) -> str:
+    return "|".join([name, *(f"{key}={labels[key]}" for key in sorted(labels))])
+
+
+def _bucket(ms: float) -> str:
+    for bound in LATENCY_BUCKETS_MS:
+        if ms <= bound:
+            return f"{bound:g}"
+    return "+Inf"
+
+
+def add(scope: object, name: str, amount: int = 1, **labels: object) -> None:
+    """Add ``amount`` to a counter of ``scope`` (a tenant's primary key or ``PLATFORM``)."""
+    if amount:
+        write(scope, counts=[(name, labels, amount)])
+
+
+def observe(scope: object, name: str, ms: float, **labels: object) -> None:
+    """One observation of a latency histogram, in milliseconds."""
+    write(scope, observations=[(name, labels, ms)])
+
+
+Labels = Mapping[str, object]
+
+
+def write(
+    scope: object,
+    *,
+    counts: Iterable[tuple[str, Labels, int]] = (),
+    observations: Iterable[tuple[str, Labels, float]] = (),
+) -> None:
+    """Counters and observations of one scope in one Redis round trip."""
+    key = PREFIX + str(scope)
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for name, labels, amount in counts:
+            if amount:
+                pipe.hincrby(key, _field(name, labels), amount)
+        for name, labels, ms in observations:
+            pipe.hincrby(key, _field(name, {**labels, "le": _bucket(ms)}), 1)
+            pipe.hincrby(key, _field(name + "_count", labels), 1)
+            pipe.hincrbyfloat(key, _field(name + "_sum", labels), round(float(ms), 3))
+        pipe.execute()
+    except (redis.RedisError, OSError):
+        logger.debug("counters of %s were not written (Redis unavailable)", scope, exc_info=True)
+
+
+@dataclass
+class Series:
+    """One metric of one scope: its values by label set (a tuple of (label, value) pairs)."""
+
+    values: dict[tuple[tuple[str, str], ...], float] = field(default_factory=dict)
+
+    def total(self, **match: str) -> float:
+        return sum(v for labels, v in self.values.items() if match.items() <= dict(labels).items())
+
+
+def read(scopes: Iterable[object]) -> dict[str, dict[str, Series]]:
+    """Every counter of each scope, by metric name (one Redis round trip for all of them); empty
+    when Redis is unavailable."""
+    names = [str(s) for s in scopes]
+    out: dict[str, dict[str, Series]] = {name: {} for name in names}
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(PREFIX + name)
+        replies = pipe.execute()
+    except (redis.RedisError, OSError):
+        logger.warning("counters unavailable (Redis)", exc_info=True)
+        return out
+    for scope, reply in zip(names, replies, strict=True):
+        for raw_field, raw_value in reply.items():
+            name, *pairs = (raw_field.decode() if isinstance(raw_field, bytes) else raw_field).split("|")
+            labels = tuple(tuple(pair.split("=", 1)) for pair in pairs)
+            series = out[scope].setdefault(name, Series())
+            series.values[labels] = float(raw_value)  # type: ignore[index]
+    return out
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A latency histogram read back: per-bucket counts, count and sum (ms)."""
+
+    buckets: dict[str, float]
+    count: float
+    sum: float
+
+    def quantile(self, q: float) -> float | None:
+        """The upper bound of the bucket holding the ``q`` quantile (None without observations)."""
+        if not self.count:
+            return None
+        seen = 0.0
+        for bound in [*(f"{b:g}" for b in LATENCY_BUCKETS_MS), "+Inf"]:
+            seen += self.buckets.get(bound, 0.0)
+            if seen >= q * self.count:
+                return math.inf if bound == "+Inf" else float(bound)
+        return math.inf
+
+
+def histograms(metrics: Mapping[str, Series], name: str) -> dict[tuple[tuple[str, str], ...], Histogram]:
+    """A histogram per label set (without ``le``)."""
+    out: dict[tuple[tuple[str, str], ...], Histogram] = {}
+    sums = metrics.get(name + "_sum", Series()).values
+    for labels, count in metrics.get(name + "_count", Series()).values.items():
+        out[labels] = Histogram({}, count, sums.get(labels, 0.0))
+    for labels, value in metrics.get(name, Series()).values.items():
+        le = dict(labels)["le"]
+        rest = tuple(pair for pair in labels if pair[0] != "le")
+        if rest in out:
+            out[rest].buckets[le] = out[rest].buckets.get(le, 0.0) + value
+    return out
+
+
+def histogram(metrics: Mapping[str, Series], name: str, **match: str) -> Histogram:
+    buckets: dict[str, float] = {}
+    for labels, value in metrics.get(name, Series()).values.items():
+        as_dict = dict(labels)
+        if match.items() <= as_dict.items():
+            buckets[as_dict["le"]] = buckets.get(as_dict["le"], 0.0) + value
+    count = metrics.get(name + "_count", Series()).total(**match)
+    total = metrics.get(name + "_sum", Series()).total(**match)
+    return Histogram(buckets, count, total)
+
+
+def forget(scope: object) -> None:
+    """Drop a scope's counters (a tenant erased)."""
+    try:
+        get_redis().delete(PREFIX + str(scope))
+    except (redis.RedisError, OSError):
+        logger.warning("counters of %s not dropped (Redis unavailable)", scope, exc_info=True)

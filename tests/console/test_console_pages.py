@@ -1,0 +1,87 @@
+"""The console's pages through Django's test client: the policy preview and the record of every
+saved change, and statements per page that do not grow with tenants or episodes (issue 18)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from lifecycle.admin import MemoryPolicyForm
+from lifecycle.models import JournalEntry, PolicyChange, TickRun, policy_for
+from memory_platform.tenancy.services import tenant_create
+from tests.lifecycle.factories import conversation
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def form_data(policy, **changed) -> dict:
+    """The policy's change form as a browser would post it, with ``changed`` values."""
+    form = MemoryPolicyForm(instance=policy)
+    data = {}
+    for name in form.fields:
+        value = form[name].value()  # as the widget shows it
+        if value is None or value is False:
+            continue
+        data[name] = value
+    data.update(changed)
+    return data
+
+
+@pytest.fixture
+def aged():
+    tenant = tenant_create(name="acme", embedder="provided")
+    for n, days in enumerate([1, 5, 30, 60, 200]):
+        conversation(tenant, session=f"s{n}", idle_days=days, seed=n)
+    return tenant
+
+
+def test_a_saved_change_is_recorded_with_who_and_old_and_new_values(admin_client, aged):
+    policy = policy_for(aged)
+    url = f"/admin/lifecycle/memorypolicy/{policy.pk}/change/"
+    response = admin_client.post(url, form_data(policy, hot_days=7, llm_api_key="sk-secret"))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    change = PolicyChange.objects.get(tenant=aged)
+    assert change.actor == "admin:op"
+    assert change.changes["hot_days"] == [14, 7]
+    assert change.changes["llm_api_key"] == ["(empty)", "(set)"]  # never the secret itself
+    page = admin_client.get(url).content.decode()
+    assert "acme&#x27;s policy" in page  # titled by the tenant's name, not its id
+    assert (
+        'id="policy-changes"' in page
+        and "admin:op" in page
+        and "sk-secret" not in page.split("policy-changes")[1]
+    )
+
+
+def test_the_preview_shows_the_moves_of_the_entered_values_and_saves_nothing(admin_client, aged):
+    policy = policy_for(aged)
+    before = (TickRun.objects.count(), JournalEntry.objects.count(), policy.hot_days)
+    response = admin_client.post(
+        f"/admin/lifecycle/memorypolicy/{policy.pk}/preview/", form_data(policy, hot_days=3)
+    )
+    page = response.content.decode()
+    assert response.status_code == 200, page[:2000]
+    assert 'data-move="hot_to_warm"' in page and 'data-kind="hot_to_warm"' in page
+    assert "<td>hot_days</td><td>14</td><td>3</td>" in page
+    assert (TickRun.objects.count(), JournalEntry.objects.count(), policy_for(aged).hot_days) == before
+
+    invalid = admin_client.post(
+        f"/admin/lifecycle/memorypolicy/{policy.pk}/preview/", form_data(policy, hot_days=-1)
+    )
+    assert "nothing to preview" in invalid.content.decode()
+
+
+@pytest.mark.parametrize("page", ["home", "dashboard"])
+def test_statements_per_page_do_not_grow_with_tenants_or_episodes(admin_client, page):
+    def statements(tenants: int, episodes: int) -> int:
+        made = [tenant_create(name=f"{page}-{tenants}-{n}", embedder="provided") for n in range(tenants)]
+        for n in range(episodes):
+            conversation(made[0], session=f"s{n}", idle_days=n + 1, seed=n)
+        url = "/admin/" if page == "home" else f"/admin/tenants/{made[0].pk}/dashboard/"
+        admin_client.get(url)  # sessions, content types: cached after the first request
+        with CaptureQueriesContext(connection) as queries:
+            assert admin_client.get(url).status_code == 200
+        return len(queries)
+
+    assert statements(1, 1) == statements(20, 6)
