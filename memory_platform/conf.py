@@ -68,6 +68,8 @@ DEFAULTS: dict[str, Any] = {
     "PURGE_GRACE_DAYS": 30,
     # Hourly snapshots of each tenant's figures (the console's charts) are kept this long.
     "SNAPSHOT_KEEP_DAYS": 90,
+    # Counted figures wait in each process this long before they are written to Redis.
+    "COUNTERS_FLUSH_SECONDS": 1.0,
 }
 
 

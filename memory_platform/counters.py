@@ -8,20 +8,26 @@ hits by layer, unpacks, feedback, turns ingested, requests) is counted here.
 
 One Redis hash per scope (a tenant's primary key, or ``PLATFORM`` for what belongs to no tenant);
 a field is a metric's name with its labels, ``search_ms|path=hot|le=25``. Histograms keep one
-field per bucket (not cumulative), ``_count`` and ``_sum``. Counting fails open: a Redis outage
-loses counts, never a request; the hourly snapshots (``lifecycle.models.TenantSnapshot``) keep
-what was read.
+field per bucket (not cumulative), ``_count`` and ``_sum``. Counts are buffered in the process and
+written about every second (``MEMORY["COUNTERS_FLUSH_SECONDS"]``), off the request path. Counting
+fails open: a Redis outage loses counts, never a request; the hourly snapshots
+(``lifecycle.models.TenantSnapshot``) keep what was read.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
+import os
+import threading
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import redis
 
+from .conf import memory_settings
 from .redis_client import get_redis
 
 logger = logging.getLogger(__name__)
@@ -63,20 +69,75 @@ def write(
     counts: Iterable[tuple[str, Labels, int]] = (),
     observations: Iterable[tuple[str, Labels, float]] = (),
 ) -> None:
-    """Counters and observations of one scope in one Redis round trip."""
+    """Counters and observations of one scope, added to this process's buffer (written to Redis by
+    its flushing thread: a search pays a dictionary update, not a round trip)."""
     key = PREFIX + str(scope)
-    try:
-        pipe = get_redis().pipeline(transaction=False)
-        for name, labels, amount in counts:
-            if amount:
-                pipe.hincrby(key, _field(name, labels), amount)
-        for name, labels, ms in observations:
-            pipe.hincrby(key, _field(name, {**labels, "le": _bucket(ms)}), 1)
-            pipe.hincrby(key, _field(name + "_count", labels), 1)
-            pipe.hincrbyfloat(key, _field(name + "_sum", labels), round(float(ms), 3))
-        pipe.execute()
-    except (redis.RedisError, OSError):
-        logger.debug("counters of %s were not written (Redis unavailable)", scope, exc_info=True)
+    adds: list[tuple[str, str, float]] = []
+    for name, labels, amount in counts:
+        if amount:
+            adds.append((key, _field(name, labels), amount))
+    for name, labels, ms in observations:
+        adds.append((key, _field(name, {**labels, "le": _bucket(ms)}), 1))
+        adds.append((key, _field(name + "_count", labels), 1))
+        adds.append((key, _field(name + "_sum", labels), round(float(ms), 3)))
+    if adds:
+        _buffer.add(adds)
+
+
+class _Buffer:
+    """Additions waiting for Redis, written every ``COUNTERS_FLUSH_SECONDS`` by a daemon thread
+    (started on first use, again in a forked child) and at exit. A process that dies loses its
+    last fraction of a second of counts; counts are figures, not memory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # a flush returns once everything added before it is written
+        self._pending: dict[tuple[str, str], float] = defaultdict(float)
+        self._pid = 0
+        self._wake = threading.Event()
+
+    def add(self, adds: list[tuple[str, str, float]]) -> None:
+        with self._lock:
+            for key, name, amount in adds:
+                self._pending[(key, name)] += amount
+            if self._pid != os.getpid():  # first use in this process (or a forked child)
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="counters-flush", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(float(memory_settings.COUNTERS_FLUSH_SECONDS))
+            self._wake.clear()
+            self.flush()
+
+    def flush(self) -> None:
+        with self._flush_lock:
+            self._write()
+
+    def _write(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, defaultdict(float)
+        if not pending:
+            return
+        try:
+            pipe = get_redis().pipeline(transaction=False)
+            for (key, name), amount in pending.items():
+                if name.split("|", 1)[0].endswith("_sum"):
+                    pipe.hincrbyfloat(key, name, amount)
+                else:
+                    pipe.hincrby(key, name, int(amount))
+            pipe.execute()
+        except (redis.RedisError, OSError):
+            logger.debug("%d counters were not written (Redis unavailable)", len(pending), exc_info=True)
+
+
+_buffer = _Buffer()
+atexit.register(_buffer.flush)
+
+
+def flush() -> None:
+    """Write this process's waiting counts now (``read`` does it first)."""
+    _buffer.flush()
 
 
 @dataclass
@@ -90,8 +151,9 @@ class Series:
 
 
 def read(scopes: Iterable[object]) -> dict[str, dict[str, Series]]:
-    """Every counter of each scope, by metric name (one Redis round trip for all of them); empty
-    when Redis is unavailable."""
+    """Every counter of each scope, by metric name (one Redis round trip for all of them, after
+    this process's waiting counts are written); empty when Redis is unavailable."""
+    flush()
     names = [str(s) for s in scopes]
     out: dict[str, dict[str, Series]] = {name: {} for name in names}
     try:
@@ -154,11 +216,3 @@ def histogram(metrics: Mapping[str, Series], name: str, **match: str) -> Histogr
     count = metrics.get(name + "_count", Series()).total(**match)
     total = metrics.get(name + "_sum", Series()).total(**match)
     return Histogram(buckets, count, total)
-
-
-def forget(scope: object) -> None:
-    """Drop a scope's counters (a tenant erased)."""
-    try:
-        get_redis().delete(PREFIX + str(scope))
-    except (redis.RedisError, OSError):
-        logger.warning("counters of %s not dropped (Redis unavailable)", scope, exc_info=True)

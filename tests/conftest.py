@@ -47,8 +47,10 @@ def _close_worker_connections(django_db_setup, django_db_blocker):
 @pytest.fixture(autouse=True)
 def _clean_redis():
     from episodes.stores.hot import hot_store
+    from memory_platform import counters
     from memory_platform.redis_client import get_redis
 
+    counters.flush()  # an earlier test's counts, written now rather than into this test's Redis
     get_redis().flushdb()
     hot_store().forget_index_state()
     yield
