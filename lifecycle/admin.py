@@ -5,6 +5,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
@@ -27,7 +28,7 @@ from .forgetting import forget_journaled
 from .models import Candidate, JournalEntry, MemoryPolicy, PolicyChange, Preset, TickRun
 from .policy import policy_diff
 from .presets import PRESETS, apply_preset
-from .rollback import RollbackError, rollback_journal_entry
+from .rollback import IRREVERSIBLE, RollbackError, rollback_journal_entry, rollback_plan
 
 FIELDSETS: tuple[tuple[str | None, dict[str, Any]], ...] = (
     (None, {"fields": ("tenant", "preset", "apply_preset_now", "layer_rule")}),
@@ -241,6 +242,24 @@ def _actor(request: HttpRequest) -> str:
     return f"admin:{request.user.get_username()}"
 
 
+def _review_text(episode: Episode) -> str:
+    """An episode as a reviewer reads it: id, layer, title and the start of its text as stored
+    (no extra statement per row: the list selects the episodes with the candidates)."""
+    text = episode.headline or episode.summary or episode.search_text
+    return f"{episode.public_id} [{episode.layer}] {episode.title}: {' '.join(text.split())[:240]}"
+
+
+def _rollback_problem(entry: JournalEntry) -> str:
+    """Why ``entry`` cannot be rolled back, or "" (the service checks again when it runs)."""
+    if entry.rolled_back_at is not None:
+        return "already rolled back"
+    if entry.action in IRREVERSIBLE:
+        return f"a {entry.action!r} cannot be rolled back"
+    if entry.episode_id is None:
+        return "its episode no longer exists (purged)"
+    return ""
+
+
 @admin.register(JournalEntry)
 class JournalEntryAdmin(ReadOnlyAdmin):
     list_display = (
@@ -265,7 +284,24 @@ class JournalEntryAdmin(ReadOnlyAdmin):
     @admin.action(
         description="Roll back (and the later entries of the same episode)", permissions=["rollback"]
     )
-    def roll_back(self, request: HttpRequest, queryset: QuerySet[JournalEntry]) -> None:
+    def roll_back(self, request: HttpRequest, queryset: QuerySet[JournalEntry]) -> HttpResponse | None:
+        if request.POST.get("confirmed") != "yes":
+            # First a page saying what will change; the rollback happens when it is confirmed.
+            plans = [
+                {"entry": entry, "undone": rollback_plan(entry), "problem": _rollback_problem(entry)}
+                for entry in queryset.select_related("tenant", "episode").order_by("-pk")
+            ]
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Roll back journal entries?",
+                "opts": self.model._meta,
+                "plans": plans,
+                "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+                "action": "roll_back",
+            }
+            return TemplateResponse(
+                request, "admin/lifecycle/journalentry/rollback_confirmation.html", context
+            )
         now = timezone.now()
         done = 0
         # Newest first, so an entry already undone by a later one's cascade is simply reported.
@@ -278,16 +314,20 @@ class JournalEntryAdmin(ReadOnlyAdmin):
             except RollbackError as exc:
                 self.message_user(request, f"entry {entry.pk}: {exc}", messages.WARNING)
         self.message_user(request, f"rolled back {done} journal entr(ies)", messages.SUCCESS)
+        return None
 
 
 @admin.register(Candidate)
 class CandidateAdmin(ReadOnlyAdmin):
+    """The review queue: a merge proposal shows both texts side by side with their similarity, a
+    delete proposal its text and why (its activity score fell below the policy's threshold)."""
+
     list_display = (
         "id",
         "tenant",
         "kind",
-        "episode",
-        "other",
+        "episode_text",
+        "other_text",
         "similarity",
         "score",
         "status",
@@ -302,6 +342,16 @@ class CandidateAdmin(ReadOnlyAdmin):
 
     def has_decide_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("lifecycle.change_candidate"))
+
+    @admin.display(description="episode (merged away, or deleted)")
+    def episode_text(self, obj: Candidate) -> str:
+        return _review_text(obj.episode)
+
+    @admin.display(description="survives (merge)")
+    def other_text(self, obj: Candidate) -> str:
+        return (
+            _review_text(obj.other) if obj.other is not None else f"— delete: activity score {obj.score:.3f}"
+        )
 
     def _decide(self, request: HttpRequest, queryset: QuerySet[Candidate], decide: Any, label: str) -> None:
         now = timezone.now()

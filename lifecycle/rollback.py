@@ -29,6 +29,19 @@ class RollbackError(Exception):
     pass
 
 
+def rollback_plan(entry: JournalEntry, *, lock: bool = False) -> list[JournalEntry]:
+    """What rolling ``entry`` back undoes, newest first: the later entries of its episode that
+    stand, then the entry itself (the console's confirmation page lists them)."""
+    if entry.episode_id is None:  # purged: nothing later to undo (and the entry cannot be)
+        return [entry]
+    later = JournalEntry.objects.filter(
+        tenant_id=entry.tenant_id, episode_id=entry.episode_id, rolled_back_at__isnull=True, pk__gt=entry.pk
+    ).exclude(action="rollback")
+    if lock:
+        later = later.select_for_update()
+    return [*later.order_by("-pk"), entry]
+
+
 def rollback_journal_entry(entry: JournalEntry, *, now: datetime, actor: str = "") -> list[JournalEntry]:
     """Undo ``entry`` (and the later entries of its episode); returns the entries undone, newest first."""
     try:
@@ -48,13 +61,7 @@ def _rollback(entry: JournalEntry, now: datetime, actor: str) -> list[JournalEnt
     if entry.episode_id is None:
         raise RollbackError(f"episode #{entry.episode_id_value} no longer exists (purged)")
     episode = Episode.objects.select_for_update().get(tenant=entry.tenant, pk=entry.episode_id)
-    later = list(
-        JournalEntry.objects.select_for_update()
-        .filter(episode_id=episode.pk, rolled_back_at__isnull=True, pk__gt=entry.pk)
-        .exclude(action="rollback")
-        .order_by("-pk")
-    )
-    undone = [*later, entry]
+    undone = rollback_plan(entry, lock=True)
     for item in undone:
         if item.action in IRREVERSIBLE:
             raise RollbackError(f"entry {item.pk} ({item.action}) cannot be rolled back")

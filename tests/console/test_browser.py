@@ -14,6 +14,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from lifecycle.models import Candidate, JournalEntry
 from lifecycle.stats import take_snapshots
 from memory_platform.tenancy.services import tenant_create
 from tests.conftest import Caller, unit_vectors
@@ -128,3 +129,45 @@ def test_home_and_a_tenant_dashboard_with_its_charts(browser_page, live_server):
     page.screenshot(path=str(SCREENSHOTS / "console-policy-preview.png"), full_page=True)
     assert set(acme.episodes.values_list("layer", flat=True)) == {"hot"}  # nothing moved
     assert acme.policy.hot_days == 14
+
+
+def test_review_a_merge_candidate_and_roll_back_its_journal_entry(browser_page, live_server):
+    get_user_model().objects.create_superuser("op", "op@example.com", PASSWORD)
+    acme = aged_tenant("acme", hours=2)
+    merged, survivor = acme.episodes.order_by("pk")[:2]
+    candidate = Candidate.objects.create(
+        tenant=acme, kind="merge", episode=merged, other=survivor, similarity=0.93, score=0.2
+    )
+    page = browser_page
+    log_in(page, live_server, "op")
+
+    # the review queue: both texts side by side with their similarity; approve it
+    page.goto(f"{live_server.url}/admin/lifecycle/candidate/?status__exact=proposed")
+    row = page.locator(f'tr:has(input[name="_selected_action"][value="{candidate.pk}"])')
+    assert merged.public_id in row.locator("td.field-episode_text").inner_text()
+    assert survivor.public_id in row.locator("td.field-other_text").inner_text()
+    assert row.locator("td.field-similarity").inner_text() == "0.93"
+    page.screenshot(path=str(SCREENSHOTS / "console-candidates.png"), full_page=True)
+    row.locator('input[name="_selected_action"]').check()
+    page.select_option('select[name="action"]', "approve")
+    page.click('button[name="index"]')
+    assert "approved 1 candidate(s)" in page.inner_text(".messagelist").lower()
+    merged.refresh_from_db()
+    assert merged.state == "forgotten"  # soft: forgotten, linked to the survivor, journaled
+
+    # the journal: roll the merge back, through a page that says what will change
+    entry = JournalEntry.objects.filter(tenant=acme, episode=merged, action="merge").latest("pk")
+    page.goto(f"{live_server.url}/admin/lifecycle/journalentry/?tenant__id__exact={acme.pk}")
+    page.check(f'input[name="_selected_action"][value="{entry.pk}"]')
+    page.select_option('select[name="action"]', "roll_back")
+    page.click('button[name="index"]')
+    page.wait_for_selector(".rollback-confirmation")
+    plan = page.inner_text(f'.rollback-plan[data-entry="{entry.pk}"]')
+    assert "merge" in plan and "state" in plan
+    merged.refresh_from_db()
+    assert merged.state == "forgotten"  # nothing happens before the confirmation
+    page.screenshot(path=str(SCREENSHOTS / "console-rollback-confirmation.png"), full_page=True)
+    page.click("#confirm-rollback")
+    assert "rolled back" in page.inner_text(".messagelist").lower()
+    merged.refresh_from_db()
+    assert merged.state != "forgotten"

@@ -173,9 +173,16 @@ def test_admin_rolls_back_and_decides(client, provided):
     assert client.get("/admin/lifecycle/candidate/").status_code == 200
 
     entry = JournalEntry.objects.get(episode_id=pk, action="hot_to_warm")
-    response = client.post(
-        "/admin/lifecycle/journalentry/", {"action": "roll_back", "_selected_action": [entry.pk]}, follow=True
+    chosen = {"action": "roll_back", "_selected_action": [entry.pk]}
+    # first a page saying what will change, and nothing changed yet
+    confirmation = client.post("/admin/lifecycle/journalentry/", chosen).content.decode()
+    assert (
+        f'data-entry="{entry.pk}"' in confirmation
+        and "hot_to_warm" in confirmation
+        and "Yes, roll back" in confirmation
     )
+    assert Episode.objects.get(pk=pk).layer == Layer.WARM
+    response = client.post("/admin/lifecycle/journalentry/", {**chosen, "confirmed": "yes"}, follow=True)
     assert response.status_code == 200
     assert Episode.objects.get(pk=pk).layer == Layer.HOT
     assert JournalEntry.objects.get(episode_id=pk, action="rollback").actor == "admin:op"
