@@ -1,13 +1,23 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.html import format_html
 from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
 
 from .models import ApiKey, Tenant
+from .services import api_key_rotate
+
+#: The grace periods the console offers a rotated key: (minutes, label).
+GRACES = ((0, "none: revoke the old key now"), (60, "1 hour"), (24 * 60, "1 day"), (7 * 24 * 60, "7 days"))
 
 # The library's own concrete key model is unused: every key here belongs to a tenant.
 if admin.site.is_registered(APIKey):
@@ -62,15 +72,35 @@ class TenantAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(APIKeyModelAdmin):
-    list_display = ("prefix", "name", "tenant", "scopes", "created", "last_used_at", "revoked")  # type: ignore[assignment]
+    list_display = ("prefix", "name", "tenant", "scopes", "created", "last_used_at", "expiry_date", "revoked")  # type: ignore[assignment]
     list_filter = ("revoked", "tenant")  # type: ignore[assignment]
     list_select_related = ("tenant",)
     search_fields = ("name", "prefix", "tenant__name")  # type: ignore[assignment]
-    actions = ["revoke_keys"]
+    actions = ["revoke_keys", "rotate_keys"]
     # A key's primary key is "<prefix>.<hash of the secret>", and the admin puts primary keys in
     # URLs, which access logs keep. So no page of one key is linked: the list shows everything, the
     # actions (sent in a POST body) revoke, and creating a key returns to the list.
     list_display_links = None
+
+    change_list_template = "admin/tenancy/apikey/change_list.html"
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any = None, change: bool = False) -> None:
+        if obj.pk:
+            obj.save()
+            return
+        secret = self.model.objects.assign_key(obj)
+        obj.save()
+        messages.warning(
+            request,
+            format_html(
+                'The API key {} for {} is: <code class="secret">{}</code> '
+                '<button type="button" class="copy-secret button">Copy</button> '
+                "Store it somewhere safe: it is not shown again.",
+                obj.prefix,
+                obj.tenant.name,
+                secret,
+            ),
+        )
 
     def response_add(self, request: HttpRequest, obj: Any, post_url_continue: str | None = None) -> Any:
         from django.http import HttpResponseRedirect
@@ -84,6 +114,35 @@ class ApiKeyAdmin(APIKeyModelAdmin):
         if obj is not None:
             fields += ("tenant",)
         return fields
+
+    @admin.action(description="Rotate selected keys (new secrets; the old keys work for a grace period)")
+    def rotate_keys(self, request: HttpRequest, queryset: Any) -> TemplateResponse:
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "title": "Rotate API keys",
+            "opts": self.model._meta,
+            "graces": GRACES,
+        }
+        if request.POST.get("grace") not in {str(minutes) for minutes, _ in GRACES}:
+            # First the grace period to give the old keys.
+            context["keys"] = queryset.select_related("tenant")
+            context["selected"] = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+            return TemplateResponse(request, "admin/tenancy/apikey/rotate.html", context)
+        grace = timedelta(minutes=int(request.POST["grace"]))
+        rotated, now = [], timezone.now()
+        for key in queryset.select_related("tenant").order_by("created"):
+            try:
+                new, secret = api_key_rotate(key=key, now=now, grace=grace)
+            except ValidationError as exc:
+                self.message_user(request, f"{key.prefix}: {'; '.join(exc.messages)}", messages.WARNING)
+                continue
+            rotated.append(
+                {"old": key, "new": new, "secret": secret, "until": now + grace if grace else None}
+            )
+        context["rotated"] = rotated
+        # The secrets are in this answer only (the admin's pages are never cached): never in a URL,
+        # a message kept in the session, or a log.
+        return TemplateResponse(request, "admin/tenancy/apikey/rotated.html", context)
 
     @admin.action(description="Revoke selected keys")
     def revoke_keys(self, request: HttpRequest, queryset: Any) -> None:

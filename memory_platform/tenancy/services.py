@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from .models import ApiKey, Tenant, validate_scopes
@@ -44,3 +46,20 @@ def api_key_create(
 
 def api_key_revoke(*, key: ApiKey) -> None:
     ApiKey.objects.filter(pk=key.pk).update(revoked=True)
+
+
+def api_key_rotate(*, key: ApiKey, now: datetime, grace: timedelta = timedelta(0)) -> tuple[ApiKey, str]:
+    """A new key like ``key`` (its tenant, name and scopes); the old one keeps working for
+    ``grace`` and then expires, or is revoked at once when there is no grace. Returns the new key
+    and its secret (shown once)."""
+    if key.revoked:
+        raise ValidationError(f"key {key.prefix} is revoked already; create a new one instead")
+    with transaction.atomic():
+        new, secret = api_key_create(tenant=key.tenant, name=key.name, scopes=key.scopes)
+        if grace > timedelta(0):
+            ends = now + grace
+            if key.expiry_date is None or key.expiry_date > ends:
+                ApiKey.objects.filter(pk=key.pk).update(expiry_date=ends)
+        else:
+            api_key_revoke(key=key)
+    return new, secret

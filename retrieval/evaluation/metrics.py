@@ -192,6 +192,13 @@ def format_report(result: dict[str, Any], title: str) -> str:
         f"({tokens['tokenizer']}, on the results' JSON); an evidence turn's text among them: "
         f"{result['evidence_shown_at_10']:.3f} of questions"
     )
+    ticked = result.get("scheduled_ticks", {})
+    if ticked.get("runs"):
+        lines.append(
+            f"a running scheduler also ticked these tenants {ticked['runs']} time(s) at the real date during "
+            f"the run, moving {ticked['moved']} episode(s) between layers or states: these figures are not "
+            "of the layers the heading names"
+        )
     return "\n".join(lines)
 
 

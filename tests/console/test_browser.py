@@ -171,3 +171,28 @@ def test_review_a_merge_candidate_and_roll_back_its_journal_entry(browser_page, 
     assert "rolled back" in page.inner_text(".messagelist").lower()
     merged.refresh_from_db()
     assert merged.state != "forgotten"
+
+
+def test_create_a_key_shown_once_then_revoke_it(browser_page, live_server, client):
+    get_user_model().objects.create_superuser("op", "op@example.com", PASSWORD)
+    acme = tenant_create(name="acme", embedder="provided")
+    page = browser_page
+    log_in(page, live_server, "op")
+    page.goto(f"{live_server.url}/admin/tenancy/apikey/add/")
+    page.fill("#id_name", "ci pipeline")
+    page.select_option("#id_tenant", str(acme.pk))
+    page.fill("#id_scopes", "read")
+    page.click('input[name="_save"]')
+    secret = page.inner_text(".messagelist code.secret")
+    assert page.locator(".messagelist button.copy-secret").count() == 1
+    page.screenshot(path=str(SCREENSHOTS / "console-key-created.png"), full_page=True)
+    assert client.get("/api/v1/whoami", HTTP_AUTHORIZATION=f"Bearer {secret}").status_code == 200
+
+    key = acme.api_keys.get()
+    page.reload()
+    assert secret not in page.content()  # shown once
+    page.check(f'input[name="_selected_action"][value="{key.pk}"]')
+    page.select_option('select[name="action"]', "revoke_keys")
+    page.click('button[name="index"]')
+    assert "revoked 1 key(s)" in page.inner_text(".messagelist").lower()
+    assert client.get("/api/v1/whoami", HTTP_AUTHORIZATION=f"Bearer {secret}").status_code == 401

@@ -232,3 +232,24 @@ def test_evaluate_multilingual_reports_each_language_on_full_text_alone_and_fuse
     assert text["per_category"]["ru none"]["recall10"] == 0.0
     assert {"ru", "zh"} == set(multilingual.per_language(fused))
     assert not Tenant.objects.filter(name__startswith="locomo-ru-x").exists()
+
+
+def test_a_scheduler_ticking_the_evaluated_tenants_is_reported():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from lifecycle.models import TickRun
+    from retrieval.evaluation.locomo import scheduled_ticks
+
+    started = timezone.now()
+    tenant = Tenant.objects.create(name="evaluated")
+    # the harness's own tick, at the conversation's date, is not one
+    TickRun.objects.create(tenant=tenant, now_used=started - timedelta(days=900), counts={"hot_to_warm": 9})
+    assert scheduled_ticks([tenant], started) == {"runs": 0, "moved": 0}
+    TickRun.objects.create(
+        tenant=tenant,
+        now_used=started + timedelta(seconds=5),
+        counts={"scored": 3, "hot_to_warm": 3, "active_to_dormant": 2},
+    )
+    assert scheduled_ticks([tenant], started) == {"runs": 1, "moved": 5}

@@ -5,12 +5,14 @@
 exists only in that output; the database keeps its hash.
 """
 
+from datetime import timedelta
+
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.utils import timezone
 
 from memory_platform.tenancy.models import SCOPES, ApiKey, Tenant
-from memory_platform.tenancy.services import api_key_create, api_key_revoke
+from memory_platform.tenancy.services import api_key_create, api_key_revoke, api_key_rotate
 
 
 class Command(BaseCommand):
@@ -24,8 +26,17 @@ class Command(BaseCommand):
         create.add_argument("--name", default="", help="what the key is for (default: '<tenant> key')")
         listing = actions.add_parser("list", help="TENANT's keys (prefixes, never secrets)")
         listing.add_argument("tenant")
-        rotate = actions.add_parser("rotate", help="revoke the key with PREFIX and print a new one like it")
+        rotate = actions.add_parser(
+            "rotate",
+            help="print a new key like the one with PREFIX; the old one is revoked, or expires after a grace",
+        )
         rotate.add_argument("prefix")
+        rotate.add_argument(
+            "--grace-minutes",
+            type=int,
+            default=0,
+            help="how long the old key keeps working (default: revoked now)",
+        )
         revoke = actions.add_parser("revoke", help="revoke the key with PREFIX")
         revoke.add_argument("prefix")
 
@@ -60,18 +71,21 @@ class Command(BaseCommand):
     def _list(self, opts) -> None:  # type: ignore[no-untyped-def]
         tenant = self._tenant(opts["tenant"])
         for key in ApiKey.objects.filter(tenant=tenant).order_by("created"):
-            state = "revoked" if key.revoked else "active"
+            state = "revoked" if key.revoked else "expired" if key.has_expired else "active"
             used = f"last used {key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never used"
             self.stdout.write(f"{key.prefix}  {state:7}  {','.join(key.scopes):16}  {used}  {key.name}")
 
     def _rotate(self, opts) -> None:  # type: ignore[no-untyped-def]
         old = self._key(opts["prefix"])
-        if old.revoked:
-            raise CommandError(f"key {old.prefix} is revoked already; create a new one instead")
-        with transaction.atomic():
-            key, secret = api_key_create(tenant=old.tenant, name=old.name, scopes=old.scopes)
-            api_key_revoke(key=old)
-        self.stderr.write(f"revoked {old.prefix}; new key {key.prefix} for {old.tenant.name}; shown once:")
+        grace = opts["grace_minutes"]
+        if grace < 0:
+            raise CommandError("--grace-minutes must not be negative")
+        try:
+            key, secret = api_key_rotate(key=old, now=timezone.now(), grace=timedelta(minutes=grace))
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages)) from exc
+        ending = f"{old.prefix} works for {grace} more minute(s)" if grace else f"revoked {old.prefix}"
+        self.stderr.write(f"{ending}; new key {key.prefix} for {old.tenant.name}; shown once:")
         self.stdout.write(secret)
 
     def _revoke(self, opts) -> None:  # type: ignore[no-untyped-def]
