@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from memory_platform.admin_base import ReadOnlyAdmin
+from memory_platform.admin_base import ReadOnlyAdmin, TenantScopedAdmin
 
 from .models import Link, Turn
 
@@ -53,7 +53,7 @@ class TurnAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Link)
-class LinkAdmin(admin.ModelAdmin):
+class LinkAdmin(TenantScopedAdmin):
     list_display = ("id", "tenant", "src", "kind", "dst", "created_at")
     list_filter = ("tenant", "kind")
     list_select_related = ("tenant", "src", "dst")

@@ -20,7 +20,7 @@ from episodes import curation
 from episodes import services as episode_services
 from episodes.admin import TurnInline
 from episodes.models import Episode, Layer, Link, State
-from memory_platform.admin_base import ReadOnlyAdmin
+from memory_platform.admin_base import ReadOnlyAdmin, TenantScopedAdmin
 
 from . import scoring, services
 from .candidates import CandidateError, candidate_approve, candidate_reject
@@ -135,7 +135,7 @@ class MemoryPolicyForm(forms.ModelForm):
 
 
 @admin.register(MemoryPolicy)
-class MemoryPolicyAdmin(admin.ModelAdmin):
+class MemoryPolicyAdmin(TenantScopedAdmin):
     form = MemoryPolicyForm
     fieldsets = FIELDSETS  # type: ignore[assignment]  # the stubs' _FieldOpts TypedDict is private
     list_display = ("tenant", "preset", "layer_rule", "summariser", "hot_days", "cold_days", "updated_at")
@@ -175,7 +175,7 @@ class MemoryPolicyAdmin(admin.ModelAdmin):
 
     def preview_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """What a tick now would do with the values in the form, saving nothing (``tick_preview``)."""
-        saved = get_object_or_404(MemoryPolicy.objects.select_related("tenant"), pk=object_id)
+        saved = get_object_or_404(self.get_queryset(request).select_related("tenant"), pk=object_id)
         if not self.has_change_permission(request, saved):
             raise PermissionDenied
         edited = MemoryPolicy.objects.select_related("tenant").get(pk=saved.pk)
@@ -402,7 +402,7 @@ class OutLinkInline(admin.TabularInline):
 
 
 @admin.register(Episode)
-class EpisodeAdmin(admin.ModelAdmin):
+class EpisodeAdmin(TenantScopedAdmin):
     """Layer, state and anchor are read-only: they change only through the actions, which go
     through the same services as the API (``transitions`` for layers), journaled."""
 

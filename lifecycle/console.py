@@ -23,6 +23,7 @@ from django.views.decorators.http import require_POST
 
 from episodes.models import Layer
 from memory_platform import counters
+from memory_platform.admin_base import visible_tenants
 from memory_platform.tenancy.models import Tenant
 
 from .charts import Point, line_chart
@@ -66,7 +67,7 @@ class ConsoleSite(admin.AdminSite):
         return own + super().get_urls()
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
-        rows = tenant_rows(Tenant.objects.order_by("name"), timezone.now())
+        rows = tenant_rows(visible_tenants(request).order_by("name"), timezone.now())
         sort = request.GET.get("sort", "name")
         key = sort.removeprefix("-")
         if key in dict(COLUMNS):
@@ -78,7 +79,7 @@ class ConsoleSite(admin.AdminSite):
         return super().index(request, {**(extra_context or {}), "tenant_rows": rows, "headings": headings})
 
     def dashboard(self, request: HttpRequest, tenant_id: Any) -> TemplateResponse:
-        tenant = get_object_or_404(Tenant, pk=tenant_id)
+        tenant = get_object_or_404(visible_tenants(request), pk=tenant_id)
         now = timezone.now()
         stats = tenant_stats([tenant], now)[tenant.pk]
         days = _days(request.GET.get("days"))
@@ -105,7 +106,7 @@ class ConsoleSite(admin.AdminSite):
     def run_tick(self, request: HttpRequest, tenant_id: Any) -> HttpResponse:
         from django_q.tasks import async_task
 
-        tenant = get_object_or_404(Tenant, pk=tenant_id)
+        tenant = get_object_or_404(visible_tenants(request), pk=tenant_id)
         task = async_task(
             "lifecycle.tasks.tick_tenant", str(tenant.pk), task_name=f"tick {tenant.name} (console)"
         )

@@ -5,10 +5,60 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Field, QuerySet
 from django.http import HttpRequest
 
+from memory_platform.tenancy.models import Tenant, TenantOperator
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+
+def operated_tenants(request: HttpRequest) -> frozenset[Any] | None:
+    """The primary keys of the tenants the console's user may see, or None for all (a superuser).
+    A staff user sees the tenants they operate (``TenantOperator``), and none without any."""
+    user = request.user
+    if getattr(user, "is_superuser", False):
+        return None
+    cached = getattr(request, "_operated_tenants", None)
+    if cached is None:
+        pk = user.pk
+        operated = (
+            TenantOperator.objects.filter(user_id=pk) if pk is not None else TenantOperator.objects.none()
+        )
+        cached = frozenset(operated.values_list("tenant_id", flat=True))
+        request._operated_tenants = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def visible_tenants(request: HttpRequest) -> QuerySet[Tenant]:
+    ids = operated_tenants(request)
+    return Tenant.objects.all() if ids is None else Tenant.objects.filter(pk__in=ids)
+
+
+class TenantScopedAdmin(admin.ModelAdmin):
+    """Rows of the tenants the user operates, and nothing else: lists, pages by id, the tenant
+    filter's choices and the tenant field of forms (``operated_tenants``)."""
+
+    #: The lookup from this model to its tenant's primary key.
+    tenant_lookup = "tenant_id"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset = super().get_queryset(request)
+        ids = operated_tenants(request)
+        return queryset if ids is None else queryset.filter(**{f"{self.tenant_lookup}__in": ids})
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        # Only the tenants that have rows in this (already scoped) list are offered.
+        return [
+            ("tenant", admin.RelatedOnlyFieldListFilter) if entry == "tenant" else entry
+            for entry in super().get_list_filter(request)
+        ]
+
+    def formfield_for_foreignkey(self, db_field: Field, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "tenant" and operated_tenants(request) is not None:
+            kwargs["queryset"] = visible_tenants(request)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[arg-type]
+
+
+class ReadOnlyAdmin(TenantScopedAdmin):
     """Rows the platform writes itself (raw turns, journal, tick runs): operators read them."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -13,7 +13,8 @@ from django.utils.html import format_html
 from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
 
-from .models import ApiKey, Tenant
+from ..admin_base import TenantScopedAdmin
+from .models import ApiKey, Tenant, TenantOperator
 from .services import api_key_rotate
 
 #: The grace periods the console offers a rotated key: (minutes, label).
@@ -37,7 +38,9 @@ class ApiKeyInline(admin.TabularInline):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(TenantScopedAdmin):
+    tenant_lookup = "pk"
+
     list_display = ("name", "id", "embedder", "is_active", "created_at")
     list_filter = ("is_active", "embedder")
     search_fields = ("name", "id")
@@ -71,7 +74,7 @@ class TenantAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(APIKeyModelAdmin):
+class ApiKeyAdmin(TenantScopedAdmin, APIKeyModelAdmin):
     list_display = ("prefix", "name", "tenant", "scopes", "created", "last_used_at", "expiry_date", "revoked")  # type: ignore[assignment]
     list_filter = ("revoked", "tenant")  # type: ignore[assignment]
     list_select_related = ("tenant",)
@@ -148,3 +151,28 @@ class ApiKeyAdmin(APIKeyModelAdmin):
     def revoke_keys(self, request: HttpRequest, queryset: Any) -> None:
         count = queryset.filter(revoked=False).update(revoked=True)
         self.message_user(request, f"revoked {count} key(s)", messages.SUCCESS)
+
+
+@admin.register(TenantOperator)
+class TenantOperatorAdmin(admin.ModelAdmin):
+    """Which staff users run which tenants; only superusers assign them."""
+
+    list_display = ("user", "tenant")
+    list_filter = ("tenant",)
+    list_select_related = ("user", "tenant")
+    autocomplete_fields = ("tenant",)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)

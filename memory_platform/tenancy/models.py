@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import ClassVar
 
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -147,3 +148,18 @@ class ApiKey(AbstractAPIKey):
 
     def has_scope(self, scope: str) -> bool:
         return "admin" in self.scopes or scope in self.scopes
+
+
+class TenantOperator(models.Model):
+    """A staff user who runs some tenants only: the console shows and changes theirs and nothing of
+    the others (``memory_platform.admin_base.TenantScopedAdmin``). Superusers see every tenant; a
+    staff user with no tenant here sees none."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="operated")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="operators")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="operator_once_per_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.user} operates {self.tenant.name}"

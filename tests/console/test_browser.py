@@ -196,3 +196,25 @@ def test_create_a_key_shown_once_then_revoke_it(browser_page, live_server, clien
     page.click('button[name="index"]')
     assert "revoked 1 key(s)" in page.inner_text(".messagelist").lower()
     assert client.get("/api/v1/whoami", HTTP_AUTHORIZATION=f"Bearer {secret}").status_code == 401
+
+
+def test_an_operator_of_one_tenant_sees_only_it(browser_page, live_server):
+    from django.contrib.auth.models import Permission
+
+    from memory_platform.tenancy.models import TenantOperator
+
+    acme, beta = aged_tenant("acme", hours=2), aged_tenant("beta", hours=2)
+    user = get_user_model().objects.create_user("op-acme", password=PASSWORD, is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label__in=("episodes", "lifecycle", "tenancy"))
+    )
+    TenantOperator.objects.create(user=user, tenant=acme)
+    page = browser_page
+    log_in(page, live_server, "op-acme")
+    assert [row.get_attribute("data-tenant") for row in page.locator("#tenants tr.tenant-row").all()] == [
+        "acme"
+    ]
+    page.screenshot(path=str(SCREENSHOTS / "console-operator-home.png"), full_page=True)
+    page.goto(f"{live_server.url}/admin/episodes/episode/")
+    assert "beta" not in page.content() and "acme" in page.content()
+    assert page.goto(f"{live_server.url}/admin/tenants/{beta.pk}/dashboard/").status == 404
