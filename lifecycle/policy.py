@@ -72,6 +72,10 @@ UNIT_FIELDS = PRIORITY_WEIGHTS + (
     "warm_target_ratio",
 )
 # fmt: on
+#: Periods in days, at most ``MAX_DAYS`` (a century): the tick subtracts them from `now`, and
+#: ten million days would take a date out of range.
+DAY_FIELDS = ("hot_days", "cold_days", "delete_after_days", "purge_grace_days")
+MAX_DAYS = 36_500
 STRICTLY_ORDERED_FIELDS = (
     ("theta_delete", "theta_active"),
     ("hot_days", "cold_days"),
@@ -250,6 +254,10 @@ class MemoryPolicy(models.Model):
                 for name in UNIT_FIELDS
             ),
             *(
+                models.CheckConstraint(condition=Q(**{f"{name}__lte": MAX_DAYS}), name=f"policy_{name}_days")
+                for name in DAY_FIELDS
+            ),
+            *(
                 models.CheckConstraint(condition=Q(**{f"{low}__lt": F(high)}), name=f"policy_{low}_ordered")
                 for low, high in STRICTLY_ORDERED_FIELDS
             ),
@@ -308,6 +316,9 @@ class MemoryPolicy(models.Model):
             value = getattr(self, name)
             if value <= 0 or (isinstance(value, float) and value < POSITIVE_FLOAT_MIN):
                 errors[name] = f"{name} must be at least {POSITIVE_FLOAT_MIN:g} (got {value})."
+        for name in DAY_FIELDS:
+            if getattr(self, name) > MAX_DAYS:
+                errors[name] = f"{name} must be at most {MAX_DAYS} days (got {getattr(self, name)})."
         for name in UNIT_FIELDS:
             if not 0 <= getattr(self, name) <= 1:
                 errors[name] = f"{name} must be between 0 and 1 (got {getattr(self, name)})."

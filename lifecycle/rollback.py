@@ -29,6 +29,18 @@ class RollbackError(Exception):
     pass
 
 
+def rollback_refusal(entry: JournalEntry) -> str:
+    """Why ``entry`` cannot be rolled back, or "" (the console's confirmation page says it first;
+    the rollback checks again on the locked row)."""
+    if entry.rolled_back_at is not None:
+        return f"journal entry {entry.pk} was already rolled back"
+    if entry.action in IRREVERSIBLE:
+        return f"a {entry.action!r} cannot be rolled back"
+    if entry.episode_id is None:
+        return f"episode #{entry.episode_id_value} no longer exists (purged)"
+    return ""
+
+
 def rollback_plan(entry: JournalEntry, *, lock: bool = False) -> list[JournalEntry]:
     """What rolling ``entry`` back undoes, newest first: the later entries of its episode that
     stand, then the entry itself (the console's confirmation page lists them)."""
@@ -54,12 +66,9 @@ def rollback_journal_entry(entry: JournalEntry, *, now: datetime, actor: str = "
 
 def _rollback(entry: JournalEntry, now: datetime, actor: str) -> list[JournalEntry]:
     entry = JournalEntry.objects.select_for_update().select_related("tenant").get(pk=entry.pk)
-    if entry.rolled_back_at is not None:
-        raise RollbackError(f"journal entry {entry.pk} was already rolled back")
-    if entry.action in IRREVERSIBLE:
-        raise RollbackError(f"a {entry.action!r} cannot be rolled back")
-    if entry.episode_id is None:
-        raise RollbackError(f"episode #{entry.episode_id_value} no longer exists (purged)")
+    refusal = rollback_refusal(entry)
+    if refusal or entry.episode_id is None:  # (the refusal covers a purged episode: for the types)
+        raise RollbackError(refusal)
     episode = Episode.objects.select_for_update().get(tenant=entry.tenant, pk=entry.episode_id)
     undone = rollback_plan(entry, lock=True)
     for item in undone:

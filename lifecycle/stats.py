@@ -146,15 +146,13 @@ def _counters(metrics: Mapping[str, counters.Series]) -> dict[str, Any]:
     latency = counters.histogram(metrics, "search_ms")
     return {
         "searches": _by(metrics.get("searches"), "path"),
-        "searches_degraded": int(metrics["searches_degraded"].total())
-        if "searches_degraded" in metrics
-        else 0,
+        "searches_degraded": int(counters.total(metrics, "searches_degraded")),
         "search_ms": {"buckets": latency.buckets, "count": latency.count, "sum": round(latency.sum, 3)},
         "hits": _by(metrics.get("hits"), "layer"),
         "unpacks": _by(metrics.get("unpacks"), "layer"),
         "feedback": _by(metrics.get("feedback"), "kind"),
-        "turns_ingested": int(metrics["turns_ingested"].total()) if "turns_ingested" in metrics else 0,
-        "memories_created": int(metrics["memories_created"].total()) if "memories_created" in metrics else 0,
+        "turns_ingested": int(counters.total(metrics, "turns_ingested")),
+        "memories_created": int(counters.total(metrics, "memories_created")),
     }
 
 

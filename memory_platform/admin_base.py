@@ -11,6 +11,11 @@ from django.http import HttpRequest
 from memory_platform.tenancy.models import Tenant, TenantOperator
 
 
+def admin_actor(request: HttpRequest) -> str:
+    """Who a console change is recorded as, in the journal and the policy's changes."""
+    return f"admin:{request.user.get_username()}"
+
+
 def operated_tenants(request: HttpRequest) -> frozenset[Any] | None:
     """The primary keys of the tenants the console's user may see, or None for all (a superuser).
     A staff user sees the tenants they operate (``TenantOperator``), and none without any."""

@@ -173,6 +173,11 @@ def read(scopes: Iterable[object]) -> dict[str, dict[str, Series]]:
     return out
 
 
+def total(metrics: Mapping[str, Series], name: str, **match: str) -> float:
+    """A counter's sum over the label sets that ``match`` (0 when it was never counted)."""
+    return metrics[name].total(**match) if name in metrics else 0.0
+
+
 @dataclass(frozen=True)
 class Histogram:
     """A latency histogram read back: per-bucket counts, count and sum (ms)."""
@@ -213,6 +218,6 @@ def histogram(metrics: Mapping[str, Series], name: str, **match: str) -> Histogr
         as_dict = dict(labels)
         if match.items() <= as_dict.items():
             buckets[as_dict["le"]] = buckets.get(as_dict["le"], 0.0) + value
-    count = metrics.get(name + "_count", Series()).total(**match)
-    total = metrics.get(name + "_sum", Series()).total(**match)
-    return Histogram(buckets, count, total)
+    return Histogram(
+        buckets, total(metrics, name + "_count", **match), total(metrics, name + "_sum", **match)
+    )

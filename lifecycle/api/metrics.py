@@ -103,7 +103,7 @@ class _Collector:
             ingested.add_metric([name], counted["turns_ingested"])
             for label_set, n in sorted(metrics.get("ticks", counters.Series()).values.items()):
                 ticks.add_metric([name, dict(label_set).get("status", "")], n)
-            tick_errors.add_metric([name], metrics["tick_errors"].total() if "tick_errors" in metrics else 0)
+            tick_errors.add_metric([name], counters.total(metrics, "tick_errors"))
             for label_set, histogram in counters.histograms(metrics, "search_ms").items():
                 search_latency[(("tenant", name), *label_set)] = histogram
             for label_set, histogram in counters.histograms(metrics, "tick_ms").items():

@@ -8,7 +8,14 @@ from fsrs.scheduler import DEFAULT_PARAMETERS
 from rest_framework import serializers
 
 from lifecycle.models import MemoryPolicy
-from lifecycle.policy import NONNEG_FIELDS, POSITIVE_FIELDS, POSITIVE_FLOAT_MIN, UNIT_FIELDS
+from lifecycle.policy import (
+    DAY_FIELDS,
+    MAX_DAYS,
+    NONNEG_FIELDS,
+    POSITIVE_FIELDS,
+    POSITIVE_FLOAT_MIN,
+    UNIT_FIELDS,
+)
 from memory_platform.api.serializers import StrictSerializer, scope_field
 
 #: What names whose or which memories to forget; `layer`, `older_than` and `anchor` only narrow
@@ -80,6 +87,7 @@ _BOUNDS: dict[str, dict[str, Any]] = {
     **{name: {"min_value": 0} for name in NONNEG_FIELDS},
     **{name: {"min_value": 0, "max_value": 1} for name in UNIT_FIELDS},
     **{name: {"min_value": 1} for name in POSITIVE_FIELDS if name in _INTEGERS},
+    **{name: {"max_value": MAX_DAYS} for name in DAY_FIELDS},
 }
 
 
@@ -144,10 +152,3 @@ class PolicySerializer(StrictSerializer, serializers.ModelSerializer):
             required=False,
         )
         return fields
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            fixed = sorted(name for name in data if name in self.fields and self.fields[name].read_only)
-            if fixed:
-                raise serializers.ValidationError({name: ["read-only"] for name in fixed})
-        return super().to_internal_value(data)

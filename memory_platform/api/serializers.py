@@ -73,6 +73,9 @@ class StrictSerializer(serializers.Serializer):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+            fixed = sorted(name for name in data if self.fields[name].read_only)
+            if fixed:  # a value the server sets is not silently dropped either
+                raise serializers.ValidationError({name: ["read-only"] for name in fixed})
             if not self.from_query:
                 wrong = {
                     name: [error]

@@ -1,0 +1,16 @@
+"""The lifecycle's pages of the console (Django admin), one module per responsibility; importing
+this package registers them."""
+
+from .episodes import EpisodeAdmin
+from .policy import FIELDSETS, MemoryPolicyAdmin, MemoryPolicyForm
+from .records import CandidateAdmin, JournalEntryAdmin, TickRunAdmin
+
+__all__ = [
+    "FIELDSETS",
+    "CandidateAdmin",
+    "EpisodeAdmin",
+    "JournalEntryAdmin",
+    "MemoryPolicyAdmin",
+    "MemoryPolicyForm",
+    "TickRunAdmin",
+]

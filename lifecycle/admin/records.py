@@ -1,0 +1,151 @@
+"""What the platform writes and an operator reviews: tick runs, the journal (rollback after a
+confirmation page) and the merge and delete candidates (approve or reject)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from episodes.models import Episode
+from memory_platform.admin_base import ReadOnlyAdmin, admin_actor
+
+from ..candidates import CandidateError, candidate_approve, candidate_reject
+from ..models import Candidate, JournalEntry, TickRun
+from ..rollback import RollbackError, rollback_journal_entry, rollback_plan, rollback_refusal
+
+
+@admin.register(TickRun)
+class TickRunAdmin(ReadOnlyAdmin):
+    list_display = ("id", "tenant", "status", "started_at", "now_used", "duration_ms", "counts")
+    list_filter = ("status", "tenant")
+    list_select_related = ("tenant",)
+    date_hierarchy = "started_at"
+
+
+def _review_text(episode: Episode) -> str:
+    """An episode as a reviewer reads it: id, layer, title and the start of its text as stored
+    (no extra statement per row: the list selects the episodes with the candidates)."""
+    text = episode.headline or episode.summary or episode.search_text
+    return f"{episode.public_id} [{episode.layer}] {episode.title}: {' '.join(text.split())[:240]}"
+
+
+@admin.register(JournalEntry)
+class JournalEntryAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "tenant",
+        "created_at",
+        "action",
+        "actor",
+        "episode_id_value",
+        "tick_run",
+        "rolled_back_at",
+    )
+    list_filter = ("action", "tenant")
+    list_select_related = ("tenant", "tick_run")
+    search_fields = ("episode_id_value", "action")
+    date_hierarchy = "created_at"
+    actions = ["roll_back"]
+
+    def has_rollback_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("lifecycle.change_journalentry"))
+
+    @admin.action(
+        description="Roll back (and the later entries of the same episode)", permissions=["rollback"]
+    )
+    def roll_back(self, request: HttpRequest, queryset: QuerySet[JournalEntry]) -> HttpResponse | None:
+        if request.POST.get("confirmed") != "yes":
+            # First a page saying what will change; the rollback happens when it is confirmed.
+            plans = [
+                {"entry": entry, "undone": rollback_plan(entry), "problem": rollback_refusal(entry)}
+                for entry in queryset.select_related("tenant", "episode").order_by("-pk")
+            ]
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Roll back journal entries?",
+                "opts": self.model._meta,
+                "plans": plans,
+                "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+                "action": "roll_back",
+            }
+            return TemplateResponse(
+                request, "admin/lifecycle/journalentry/rollback_confirmation.html", context
+            )
+        now = timezone.now()
+        done = 0
+        # Newest first, so an entry already undone by a later one's cascade is simply reported.
+        for entry in queryset.order_by("-pk"):
+            entry.refresh_from_db(fields=["rolled_back_at"])
+            if entry.rolled_back_at is not None:
+                continue
+            try:
+                done += len(rollback_journal_entry(entry, now=now, actor=admin_actor(request)))
+            except RollbackError as exc:
+                self.message_user(request, f"entry {entry.pk}: {exc}", messages.WARNING)
+        self.message_user(request, f"rolled back {done} journal entr(ies)", messages.SUCCESS)
+        return None
+
+
+@admin.register(Candidate)
+class CandidateAdmin(ReadOnlyAdmin):
+    """The review queue: a merge proposal shows both texts side by side with their similarity, a
+    delete proposal its text and why (its activity score fell below the policy's threshold)."""
+
+    list_display = (
+        "id",
+        "tenant",
+        "kind",
+        "episode_text",
+        "other_text",
+        "similarity",
+        "score",
+        "status",
+        "created_at",
+        "decided_by",
+    )
+    list_filter = ("kind", "status", "tenant")
+    list_select_related = ("tenant", "episode", "other")
+    raw_id_fields = ("episode", "other")
+    date_hierarchy = "created_at"
+    actions = ["approve", "reject"]
+
+    def has_decide_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("lifecycle.change_candidate"))
+
+    @admin.display(description="episode (merged away, or deleted)")
+    def episode_text(self, obj: Candidate) -> str:
+        return _review_text(obj.episode)
+
+    @admin.display(description="survives (merge)")
+    def other_text(self, obj: Candidate) -> str:
+        return (
+            _review_text(obj.other) if obj.other is not None else f"— delete: activity score {obj.score:.3f}"
+        )
+
+    def _decide(self, request: HttpRequest, queryset: QuerySet[Candidate], decide: Any, label: str) -> None:
+        now = timezone.now()
+        done = 0
+        for candidate in queryset.order_by("pk"):
+            try:
+                decide(candidate=candidate, now=now, actor=admin_actor(request))
+                done += 1
+            except CandidateError as exc:
+                self.message_user(request, f"candidate {candidate.pk}: {exc}", messages.WARNING)
+        self.message_user(request, f"{label} {done} candidate(s)", messages.SUCCESS)
+
+    @admin.action(
+        description="Approve (soft: forget, or link merged_into and forget; journaled)",
+        permissions=["decide"],
+    )
+    def approve(self, request: HttpRequest, queryset: QuerySet[Candidate]) -> None:
+        self._decide(request, queryset, candidate_approve, "approved")
+
+    @admin.action(description="Reject", permissions=["decide"])
+    def reject(self, request: HttpRequest, queryset: QuerySet[Candidate]) -> None:
+        self._decide(request, queryset, candidate_reject, "rejected")
