@@ -5,16 +5,17 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from memory_platform.admin_base import ReadOnlyAdmin, TenantScopedAdmin
+from memory_platform.admin_base import ReadOnlyAdmin, ReadOnlyInline
 
-from .models import Link, Turn
+from .models import ForgottenUser, Link, Turn
 
-# Episodes are administered by ``lifecycle.admin``: every change of an episode's layer or state
-# goes through the lifecycle's services.
+# Episodes are administered by ``lifecycle.admin``: every change of an episode goes through the
+# lifecycle's services, journaled. Turns are verbatim and links are the API's, so both are read
+# here and changed nowhere in the console.
 
 
-class TurnInline(admin.TabularInline):
-    """An episode's turns, read-only (shown on the episode's page)."""
+class TurnInline(ReadOnlyInline):
+    """An episode's turns, shown on its page: what was said, never edited, added or deleted by hand."""
 
     model = Turn
     fields = ("seq", "role", "text", "occurred_at", "ingested_at")
@@ -23,9 +24,6 @@ class TurnInline(admin.TabularInline):
     can_delete = False
     ordering = ("seq",)
     show_change_link = True
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Turn)
@@ -53,8 +51,25 @@ class TurnAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Link)
-class LinkAdmin(TenantScopedAdmin):
+class LinkAdmin(ReadOnlyAdmin):
+    """Read-only: links are made and removed through the API (``/api/v1/memories/{id}/links``);
+    a merge's link comes and goes with its journal entry."""
+
     list_display = ("id", "tenant", "src", "kind", "dst", "created_at")
     list_filter = ("tenant", "kind")
     list_select_related = ("tenant", "src", "dst")
     raw_id_fields = ("src", "dst")
+
+
+@admin.register(ForgottenUser)
+class ForgottenUserAdmin(ReadOnlyAdmin):
+    """People erased from a tenant for good: their ``user_id`` is refused on every write (410).
+    Deleting a row lets that id write again (the person came back and asked to be remembered)."""
+
+    list_display = ("user_hash", "tenant", "forgotten_at")
+    list_filter = ("tenant",)
+    list_select_related = ("tenant",)
+    date_hierarchy = "forgotten_at"
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.has_perm("episodes.delete_forgottenuser"))

@@ -1,7 +1,8 @@
 """Managing stored episodes: lock one for a write, forget and restore it, link it to another.
 
 Like ``services``, every write takes ``now`` from its caller and touches the hot index only after
-commit.
+commit. Forget and restore here are the bare writes: callers go through ``lifecycle.forgetting``,
+which journals them in the same transaction (this app cannot import the journal).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def _reindex_after_commit(tenant: Tenant, episode_id: int) -> None:
 
 
 def episode_forget(*, tenant: Tenant, episode_id: int, now: datetime) -> Episode:
-    """Soft forget: out of Redis and every read at once; the row stays for the grace period."""
+    """Soft forget: out of Redis and every read at once; the row stays for the grace period.
+    Not journaled: ``lifecycle.forgetting.forget_journaled`` is the way in."""
     with transaction.atomic():
         episode = episode_for_update(tenant, episode_id)
         _bump(episode, state_before_forget=episode.state, state=State.FORGOTTEN, forgotten_at=now)
@@ -69,6 +71,8 @@ def episode_forget(*, tenant: Tenant, episode_id: int, now: datetime) -> Episode
 def episode_restore(
     *, tenant: Tenant, episode_id: int, now: datetime, grace_days: int | None = None
 ) -> Episode:
+    """Bring a forgotten episode back within ``grace_days`` (default: the platform's). Not
+    journaled: ``lifecycle.forgetting.episode_restore`` is the way in."""
     grace = timedelta(days=grace_days if grace_days is not None else int(memory_settings.PURGE_GRACE_DAYS))
     with transaction.atomic():
         episode = episode_for_update(tenant, episode_id, include_forgotten=True)

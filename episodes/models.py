@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from typing import Self
 
 from django.contrib.postgres.fields import ArrayField
@@ -259,3 +261,36 @@ class Link(models.Model):
 
     def __str__(self) -> str:
         return f"{self.src_id} -{self.kind}-> {self.dst_id}"
+
+
+class ForgottenUser(models.Model):
+    """A person erased from a tenant for good (``lifecycle.erasure.forget_user``): the tombstone that
+    keeps a retried or queued write from bringing them back. It keeps a hash of the ``user_id``, not
+    the id; an operator who deletes it lets the id write again."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="forgotten_users")
+    user_hash = models.CharField(max_length=64, editable=False)
+    forgotten_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user_hash"], name="forgotten_user_once_per_tenant")
+        ]
+
+    def __str__(self) -> str:
+        return f"user {self.user_hash[:12]}… forgotten at {self.forgotten_at:%Y-%m-%d %H:%M}"
+
+    @staticmethod
+    def hash(tenant_id: object, user_id: str) -> str:
+        return hashlib.sha256(f"{tenant_id}|{user_id}".encode()).hexdigest()
+
+    @classmethod
+    def among(cls, tenant: Tenant, user_ids: Iterable[str | None]) -> list[str]:
+        """Those of ``user_ids`` the tenant has forgotten for good (one statement; none for "")."""
+        hashes = {cls.hash(tenant.pk, u): u for u in {u for u in user_ids if u}}
+        if not hashes:
+            return []
+        found = cls.objects.filter(tenant=tenant, user_hash__in=list(hashes)).values_list(
+            "user_hash", flat=True
+        )
+        return sorted(hashes[h] for h in found)

@@ -23,7 +23,18 @@ from memory_platform.tenancy.models import Tenant
 from .extraction import extract_decisions, extract_entities
 from .indexing import CONTEXT_REACH, _normalise, episodes_index_hot
 from .language import has_han, index_text, language_of
-from .models import SEARCH_TEXT_LIMIT, Episode, Layer, Link, LinkKind, Role, State, Turn, turn_hot_bytes
+from .models import (
+    SEARCH_TEXT_LIMIT,
+    Episode,
+    ForgottenUser,
+    Layer,
+    Link,
+    LinkKind,
+    Role,
+    State,
+    Turn,
+    turn_hot_bytes,
+)
 from .scope import Scope
 from .segmentation import OpenEpisode, SegmentationRules, starts_new_episode
 from .stores.hot import HotUnavailable, unavailable_reason
@@ -37,6 +48,24 @@ class EpisodeNotFound(Exception):
 
 class ConflictError(Exception):
     pass
+
+
+class UserForgotten(Exception):
+    """A write names a ``user_id`` its tenant erased for good (``models.ForgottenUser``)."""
+
+    def __init__(self, user_ids: Sequence[str]):
+        super().__init__(
+            f"user_id {', '.join(repr(u) for u in user_ids)} was erased from this tenant for good; "
+            "its writes are refused (an operator can lift this in the console)"
+        )
+        self.user_ids = list(user_ids)
+
+
+def refuse_forgotten(tenant: Tenant, user_ids: Iterable[str | None]) -> None:
+    """Raise UserForgotten when a write names a user the tenant erased: nothing is written."""
+    forgotten = ForgottenUser.among(tenant, user_ids)
+    if forgotten:
+        raise UserForgotten(forgotten)
 
 
 @dataclass(frozen=True)
@@ -106,6 +135,7 @@ def turns_ingest(
     ``rules`` are the tenant's segmentation rules (its policy's, read by the caller); ``make_room``
     keeps the tenant within its hot quota (the lifecycle's), called with the episodes written once
     they are durable and before they are indexed."""
+    refuse_forgotten(tenant, (t.scope.user_id for t in turns))
     vectors: list[np.ndarray | None] = [t.vector for t in turns]
     missing = [i for i, v in enumerate(vectors) if v is None]
     embedder = embedder_for(tenant)
@@ -388,6 +418,7 @@ class MemoryInput:
 def memory_create(
     *, tenant: Tenant, memory: MemoryInput, now: datetime, make_room: MakeRoom | None
 ) -> Episode:
+    refuse_forgotten(tenant, [memory.scope.user_id])
     vector = memory.vector
     unembedded = ""
     if vector is None:

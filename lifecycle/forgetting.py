@@ -1,5 +1,10 @@
 """Forgetting: soft and journaled first, for good only after the grace period (seed 002, 004).
 
+Every way to forget (``DELETE /memories/{id}``, ``POST /forget``, the console's action, an approved
+delete or merge candidate) is ``forget_journaled``, and the way back within the grace period is
+``episode_restore``, journaled too: either entry rolls back exactly. The purge is the one step
+nothing undoes; it leaves a journal note and a log line.
+
 `forget_select` decides which episodes a request names (by filter, or seed 004's ForgetByThreshold:
 FSRS-6 retrievability below a threshold) without touching anything, so a dry run is the same
 code path as the real one minus `forget_apply`.
@@ -7,6 +12,7 @@ code path as the real one minus `forget_apply`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,7 +20,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import QuerySet
 
-from episodes.curation import episode_forget
+from episodes import curation
 from episodes.models import Episode, State
 from episodes.scope import Scope
 from episodes.selectors import episodes_for
@@ -23,8 +29,10 @@ from episodes.stores.hot import HotUnavailable, hot_store
 from memory_platform.tenancy.models import Tenant
 
 from . import scoring
-from .journal import journal_record
+from .journal import FORGET_FIELDS, journal_record
 from .models import TickRun, policy_for
+
+logger = logging.getLogger(__name__)
 
 
 def forget_select(
@@ -59,18 +67,47 @@ def forget_journaled(
             Episode.objects.select_for_update()
             .filter(tenant=tenant, pk=episode_id)
             .exclude(state=State.FORGOTTEN)
-            .values("state", "state_before_forget", "forgotten_at")
+            .values(*FORGET_FIELDS)
             .first()
         )
         if prior is None:
             raise EpisodeNotFound(episode_id)
-        episode = episode_forget(tenant=tenant, episode_id=episode_id, now=now)
+        episode = curation.episode_forget(tenant=tenant, episode_id=episode_id, now=now)
         journal_record(
             tenant=tenant,
             episode=episode,
             action=action,
             before=prior,
             after={"state": State.FORGOTTEN, "forgotten_at": now, **(after or {})},
+            now=now,
+            actor=actor,
+        )
+    return episode
+
+
+def episode_restore(*, tenant: Tenant, episode_id: int, now: datetime, actor: str) -> Episode:
+    """Undo a forget within the tenant's purge grace period, journaled in the same transaction:
+    rolling the entry back forgets the episode again as it was. Raises EpisodeNotFound, and
+    ConflictError when it is not forgotten or its grace period is over."""
+    grace_days = policy_for(tenant).purge_grace_days
+    with transaction.atomic():
+        prior = (
+            Episode.objects.select_for_update()
+            .filter(tenant=tenant, pk=episode_id)
+            .values(*FORGET_FIELDS)
+            .first()
+        )
+        if prior is None:
+            raise EpisodeNotFound(episode_id)
+        episode = curation.episode_restore(
+            tenant=tenant, episode_id=episode_id, now=now, grace_days=grace_days
+        )
+        journal_record(
+            tenant=tenant,
+            episode=episode,
+            action="restore",
+            before=prior,
+            after={name: getattr(episode, name) for name in FORGET_FIELDS},
             now=now,
             actor=actor,
         )
@@ -136,4 +173,7 @@ def purge_forgotten(
                     tick_run=run,
                 )
                 purged += 1
+    if purged:
+        # The one irreversible step: who and how many, never what the memories said.
+        logger.info("purged %d forgotten episode(s) of tenant %r for good", purged, tenant.name)
     return purged, failed

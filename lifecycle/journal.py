@@ -33,9 +33,33 @@ CONTENT_FIELDS = (
     "restored_at",
     "needs_reindex",
 )
+#: What an operator may change by hand (``services.episode_edit``, the console's change form): what
+#: the memory says and how it is labelled. Not its owner (``user_id``, ``agent_id``, ``session_id``:
+#: its turns carry them too), nor its layer, state or anchor (the actions move those), nor usage.
+EDITABLE_FIELDS = frozenset(
+    {
+        "title",
+        "kind",
+        "tags",
+        "metadata",
+        "summary",
+        "key_points",
+        "headline",
+        "keywords",
+        "entities",
+        "decisions",
+    }
+)
+#: The fields soft forgetting changes; a forget's "before" holds them, and a restore's.
+FORGET_FIELDS = ("state", "state_before_forget", "forgotten_at")
+#: The aggregates of an episode's turns, which an import that adds turns to it changes
+#: (``portability.imports``; its entry also names the turns it added, which a rollback deletes).
+TURN_AGGREGATE_FIELDS = ("first_occurred_at", "last_occurred_at", "turn_count", "raw_chars", "hot_bytes")
 #: Fields a journaled change may restore. Usage counters are not among them: a rollback undoes what
-#: the lifecycle did, never what the agents did.
-RESTORABLE_FIELDS = frozenset(CONTENT_FIELDS) | {"state", "state_before_forget", "forgotten_at", "anchor"}
+#: the lifecycle or an operator did, never what the agents did.
+RESTORABLE_FIELDS = (
+    frozenset(CONTENT_FIELDS) | EDITABLE_FIELDS | {*FORGET_FIELDS, "anchor", *TURN_AGGREGATE_FIELDS}
+)
 
 
 def to_json(value: Any) -> Any:

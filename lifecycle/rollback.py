@@ -8,16 +8,21 @@ not yet rolled back entry of the same episode, so the fields never mix two point
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
-from episodes.models import Episode, Link
+from episodes.models import Episode, Link, Turn
+from episodes.stores import keys
+from episodes.stores.hot import HotUnavailable, hot_store
 
 from . import transitions
 from .hotsync import sync_episode
 from .journal import RESTORABLE_FIELDS, from_json, journal_record
 from .models import Candidate, JournalEntry
+
+logger = logging.getLogger(__name__)
 
 #: What cannot be undone: a purge removed the data, and a rollback is undone by nothing but itself.
 IRREVERSIBLE = frozenset({"purge", "rollback"})
@@ -38,6 +43,8 @@ def rollback_refusal(entry: JournalEntry) -> str:
         return f"a {entry.action!r} cannot be rolled back"
     if entry.episode_id is None:
         return f"episode #{entry.episode_id_value} no longer exists (purged)"
+    if (entry.after or {}).get("imported"):
+        return "an imported entry is the history of another system; it is not rolled back here"
     return ""
 
 
@@ -49,6 +56,7 @@ def rollback_plan(entry: JournalEntry, *, lock: bool = False) -> list[JournalEnt
     later = JournalEntry.objects.filter(
         tenant_id=entry.tenant_id, episode_id=entry.episode_id, rolled_back_at__isnull=True, pk__gt=entry.pk
     ).exclude(action="rollback")
+    later = later.exclude(after__has_key="imported")  # another system's history: never undone here
     if lock:
         later = later.select_for_update()
     return [*later.order_by("-pk"), entry]
@@ -98,6 +106,7 @@ def _undo(entry: JournalEntry, episode: Episode) -> None:
     # The version moves on: a migration that read the episode before the rollback abandons.
     transitions.revert(episode, fields, on_commit_sync=False)
     after = entry.after or {}
+    _delete_turns(episode, after.get("turns_created", []))
     for src, dst, kind in after.get("links_created", []):
         Link.objects.filter(tenant=entry.tenant, src_id=src, dst_id=dst, kind=kind).delete()
     reopened = list(after.get("withdrawn_candidates", []))
@@ -111,3 +120,20 @@ def _undo(entry: JournalEntry, episode: Episode) -> None:
         Candidate.objects.filter(pk__in=reopened).update(
             status=Candidate.Status.PROPOSED, decided_at=None, decided_by="", note=""
         )
+
+
+def _delete_turns(episode: Episode, turn_ids: list[int]) -> None:
+    """Delete the turns an entry added (an import over an existing episode), and after the commit
+    their documents in Redis (the episode's own are re-indexed by the rollback)."""
+    if not turn_ids:
+        return
+    Turn.objects.filter(tenant_id=episode.tenant_id, episode=episode, pk__in=turn_ids).delete()
+    tenant_hex = episode.tenant_id.hex
+
+    def unindex() -> None:
+        try:
+            hot_store().client.unlink(*(keys.turn_key(tenant_hex, pk) for pk in turn_ids))
+        except HotUnavailable as exc:
+            logger.warning("rolled-back turns of episode %s left in Redis: %s", episode.pk, exc)
+
+    transaction.on_commit(unindex)

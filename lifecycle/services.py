@@ -2,23 +2,25 @@
 
 Ingest is the episodes app's, run here with the tenant's segmentation rules and hot quota
 (``quota``). The work lives in modules of its own: ``tick`` (DESIGN §4 steps 1-9), ``candidates`` (merge and
-delete proposals and their decisions), ``forgetting`` (soft forget, ForgetByThreshold, purge),
-``rollback`` (undo from the journal) and ``hotsync`` (Redis following Postgres).
+delete proposals and their decisions), ``forgetting`` (soft forget and restore, ForgetByThreshold,
+purge), ``rollback`` (undo from the journal) and ``hotsync`` (Redis following Postgres). An operator's
+hand edit of an episode is here (``episode_edit``), journaled like the rest.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any, cast
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Field
 
 from episodes import services as episode_services
 from episodes.curation import episode_for_update
-from episodes.language import language_of
-from episodes.models import Episode, Layer
+from episodes.language import index_text, language_of
+from episodes.models import SEARCH_TEXT_LIMIT, Episode, Layer
 from episodes.services import (
     ConflictError,
     EpisodeNotFound,
@@ -31,10 +33,10 @@ from memory_platform.tenancy.models import Tenant
 
 from . import moves, scoring, transitions
 from .candidates import CandidateError, candidate_approve, candidate_reject
-from .compression import get_summariser
-from .forgetting import forget_apply, forget_journaled, forget_select, purge_forgotten
+from .compression import ColdShape, WarmShape, cold_index_text, get_summariser
+from .forgetting import episode_restore, forget_apply, forget_journaled, forget_select, purge_forgotten
 from .hotsync import sync_episode
-from .journal import journal_record
+from .journal import EDITABLE_FIELDS, journal_record, snapshot
 from .models import MemoryPolicy, PolicyChange, policy_for
 from .policy import policy_diff
 from .quota import make_room
@@ -50,8 +52,10 @@ __all__ = [
     "TickInterrupted",
     "candidate_approve",
     "candidate_reject",
+    "episode_edit",
     "episode_pack",
     "episode_pin",
+    "episode_restore",
     "episode_unpack",
     "feedback_review",
     "forget_apply",
@@ -193,6 +197,63 @@ def episode_pack(*, tenant: Tenant, episode_id: int, layer: str, now: datetime, 
     cold = layer == Layer.COLD and episode.layer == Layer.WARM
     if cold and not transitions.demote_to_cold(episode, moves.cold_shape(episode, summariser), move=move):
         raise ConflictError("the episode changed while it was being packed; try again")
+    return episode
+
+
+def _shape_text(episode: Episode, values: Mapping[str, Any]) -> dict[str, Any]:
+    """A warm or cold episode is searched by the text of its shape: when an edit changes the shape,
+    its searchable text and packed size follow, written as ``transitions`` writes them."""
+
+    def new(name: str) -> Any:
+        return values.get(name, getattr(episode, name))
+
+    if episode.layer == Layer.WARM and values.keys() & {"summary", "key_points", "entities", "decisions"}:
+        warm = WarmShape(
+            new("summary"), list(new("key_points")), list(new("entities")), list(new("decisions"))
+        )
+        return {"search_text": index_text(warm.text())[:SEARCH_TEXT_LIMIT], "packed_chars": warm.chars}
+    if episode.layer == Layer.COLD and values.keys() & {"headline", "keywords", "entities"}:
+        cold = ColdShape(new("headline"), list(new("keywords")))
+        return {
+            "search_text": index_text(cold_index_text(cold, list(new("entities")))),
+            "packed_chars": cold.chars,
+        }
+    return {}
+
+
+def episode_edit(
+    *, tenant: Tenant, episode_id: int, changes: Mapping[str, Any], now: datetime, actor: str
+) -> Episode:
+    """An operator's hand edit of the fields in ``journal.EDITABLE_FIELDS``, journaled ("edit")
+    with the values before, so a rollback puts them back. Only values that differ are written;
+    when none does, nothing is written or journaled. Raises ValueError for a field outside the
+    list, django's ValidationError for a bad value, EpisodeNotFound (gone or forgotten)."""
+    refused = sorted(set(changes) - EDITABLE_FIELDS)
+    if refused:
+        raise ValueError(f"not editable by hand: {', '.join(refused)}")
+    with transaction.atomic():
+        episode = episode_for_update(tenant, episode_id)
+        values = {}
+        for name, value in changes.items():
+            field = cast("Field[Any, Any]", Episode._meta.get_field(name))  # all of them concrete
+            cleaned = field.clean(value, episode)
+            if cleaned != getattr(episode, name):
+                values[name] = cleaned
+        if not values:
+            return episode
+        values.update(_shape_text(episode, values))
+        before = snapshot(episode, values)
+        hot = episode.layer == Layer.HOT
+        # A hot episode's documents carry its kind and tags: marked until Redis has followed.
+        Episode.objects.filter(tenant=tenant, pk=episode.pk).update(
+            version=F("version") + 1, **({"needs_reindex": True} if hot else {}), **values
+        )
+        journal_record(
+            tenant=tenant, episode=episode, action="edit", before=before, after=values, now=now, actor=actor
+        )
+        if hot:
+            transaction.on_commit(lambda: sync_episode(tenant.pk, episode.pk))
+    episode.refresh_from_db()
     return episode
 
 

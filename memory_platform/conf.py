@@ -33,6 +33,8 @@ DEFAULTS: dict[str, Any] = {
     "AUTH_FAILURE_LIMIT": "20/min",
     # deepest nesting a request body may have (metadata included); deeper is a 400
     "MAX_JSON_DEPTH": 32,
+    # An import's body (POST /api/v1/import); larger moves go through `manage.py import_tenant`.
+    "MAX_IMPORT_BYTES": 64 * 1024 * 1024,
     # segmentation (DESIGN §3)
     "EPISODE_GAP_SECONDS": 30 * 60,
     "EPISODE_SPLIT_SIMILARITY": 0.10,

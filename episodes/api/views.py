@@ -1,7 +1,8 @@
-"""Restore and links. Views validate, call a service, serialise.
+"""Links. Views validate, call a service, serialise.
 
-Writing and listing memories, turns and pinning are served by ``lifecycle.api`` (writes follow the
-tenant's policy and quota, pins move layers), reading one memory by ``retrieval.api``.
+Writing and listing memories, turns, pinning and restoring are served by ``lifecycle.api`` (writes
+follow the tenant's policy and quota, pins move layers, a restore is journaled), reading and
+forgetting one memory by ``retrieval.api``.
 """
 
 from __future__ import annotations
@@ -40,22 +41,6 @@ def named_all(tenant: Tenant, references: list[public_ids.Reference]) -> list[se
         if reference not in found:
             raise not_found(reference)
     return [found[r] for r in references]
-
-
-class MemoryRestoreView(TenantAPIView):
-    required_scope = "write"
-
-    @extend_schema(request=None, responses={200: dict}, summary="Undo a forget within the grace period")
-    def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
-        try:
-            episode = curation.episode_restore(
-                tenant=self.tenant, episode_id=named(self.tenant, episode_id).pk, now=timezone.now()
-            )
-        except services.EpisodeNotFound:
-            raise not_found(episode_id) from None
-        except services.ConflictError as exc:
-            raise Conflict(str(exc)) from None
-        return Response(selectors.episode_detail(tenant=self.tenant, episode=episode))
 
 
 class MemoryLinksView(TenantAPIView):

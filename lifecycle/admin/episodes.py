@@ -1,25 +1,25 @@
-"""Episodes in the console: computed scores, read-only layer and state, and the actions that go
-through the lifecycle's services (journaled)."""
+"""Episodes in the console: computed scores, read-only layer and state, and the actions and hand
+edits that go through the lifecycle's services (journaled, so each can be rolled back)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.utils import timezone
 
-from episodes import curation
 from episodes import services as episode_services
 from episodes.admin import TurnInline
 from episodes.models import Episode, Layer, Link, State
-from memory_platform.admin_base import TenantScopedAdmin, admin_actor
+from memory_platform.admin_base import ReadOnlyInline, TenantScopedAdmin, admin_actor
 
 from .. import scoring, services
-from ..forgetting import forget_journaled
+from ..journal import EDITABLE_FIELDS
 
 # --- episodes -----------------------------------------------------------------------------------------
 _LIVE = [State.ACTIVE, State.DORMANT, State.DELETE_CANDIDATE]
@@ -37,19 +37,35 @@ def _degree(side: str, other: str) -> Coalesce:
     return Coalesce(Subquery(links, output_field=IntegerField()), 0)
 
 
-class OutLinkInline(admin.TabularInline):
+class OutLinkInline(ReadOnlyInline):
+    """Read-only: a hand-made or hand-removed link would be in no journal."""
+
     model = Link
     fk_name = "src"
     fields = ("dst", "kind", "created_at")
-    raw_id_fields = ("dst",)
+    readonly_fields = fields
     extra = 0
     verbose_name = "outgoing link"
+    verbose_name_plural = (
+        "outgoing links (read-only: links are made and removed through the API, /memories/{id}/links)"
+    )
+
+
+#: Shown, never edited by hand: everything but ``journal.EDITABLE_FIELDS`` (the vector is not shown).
+_READ_ONLY = tuple(
+    f.name
+    for f in Episode._meta.concrete_fields
+    if f.name not in EDITABLE_FIELDS and f.name not in {"id", "embedding", "search_vector"}
+)
 
 
 @admin.register(Episode)
 class EpisodeAdmin(TenantScopedAdmin):
-    """Layer, state and anchor are read-only: they change only through the actions, which go
-    through the same services as the API (``transitions`` for layers), journaled."""
+    """Only ``journal.EDITABLE_FIELDS`` are editable, and a save goes through
+    ``services.episode_edit`` (journaled). Layer, state and anchor change only through the actions,
+    which go through the same services as the API (``transitions`` for layers), journaled. A
+    forgotten episode is read-only, and nothing deletes an episode here: forgetting is the action,
+    and the purge after the grace period the only way out."""
 
     list_display = (
         "id",
@@ -72,33 +88,7 @@ class EpisodeAdmin(TenantScopedAdmin):
     list_select_related = ("tenant", "tenant__policy")
     search_fields = ("=public_id", "title", "search_text", "session_id", "user_id")
     date_hierarchy = "last_occurred_at"
-    readonly_fields = (
-        "public_id",
-        "tenant",
-        "layer",
-        "state",
-        "anchor",
-        "state_before_forget",
-        "embedding_dims",
-        "search_text",
-        "version",
-        "raw_chars",
-        "packed_chars",
-        "created_at",
-        "first_occurred_at",
-        "last_occurred_at",
-        "turn_count",
-        "access_count",
-        "traverse_count",
-        "last_accessed_at",
-        "last_linked_at",
-        "stability",
-        "difficulty",
-        "last_review_at",
-        "forgotten_at",
-        "restored_at",
-        "needs_reindex",
-    )
+    readonly_fields = (*_READ_ONLY, "embedding_dims")
     exclude = ("embedding",)
     inlines = [TurnInline, OutLinkInline]
     actions = ["unpack", "pack_warm", "pack_cold", "pin", "unpin", "forget", "restore"]
@@ -106,6 +96,24 @@ class EpisodeAdmin(TenantScopedAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # memories come in through the API
+
+    def has_change_permission(self, request: HttpRequest, obj: Episode | None = None) -> bool:
+        if obj is not None and obj.state == State.FORGOTTEN:
+            return False  # restore it first (an action)
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Episode | None = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: Episode, form: forms.ModelForm, change: bool) -> None:
+        """Only what the operator changed, through the journaled service (never ``obj.save()``)."""
+        services.episode_edit(
+            tenant=obj.tenant,
+            episode_id=obj.pk,
+            changes={name: form.cleaned_data[name] for name in form.changed_data},
+            now=timezone.now(),
+            actor=admin_actor(request),
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Episode]:
         return (
@@ -203,16 +211,18 @@ class EpisodeAdmin(TenantScopedAdmin):
         self._each(
             request,
             queryset,
-            lambda e, actor: forget_journaled(tenant=e.tenant, episode_id=e.pk, now=now, actor=actor),
+            lambda e, actor: services.forget_journaled(
+                tenant=e.tenant, episode_id=e.pk, now=now, actor=actor
+            ),
             "forgot",
         )
 
-    @admin.action(description="Restore forgotten")
+    @admin.action(description="Restore forgotten (within the grace period, journaled)")
     def restore(self, request: HttpRequest, queryset: QuerySet[Episode]) -> None:
         now = timezone.now()
         self._each(
             request,
             queryset,
-            lambda e, actor: curation.episode_restore(tenant=e.tenant, episode_id=e.pk, now=now),
+            lambda e, actor: services.episode_restore(tenant=e.tenant, episode_id=e.pk, now=now, actor=actor),
             "restored",
         )

@@ -23,6 +23,10 @@ from memory_platform.api.serializers import StrictSerializer, scope_field
 SCOPE_FIELDS = ("kind", "user_id", "agent_id", "session_id", "tags")
 
 
+#: What a request to erase one person for good holds (``POST /forget`` with ``erase``).
+ERASE_FIELDS = ("user_id", "erase", "confirm")
+
+
 class ForgetInSerializer(StrictSerializer):
     """Seed 004 Forget / ForgetByThreshold: a filter, a retrievability threshold, or both (AND)."""
 
@@ -53,6 +57,15 @@ class ForgetInSerializer(StrictSerializer):
         default=False,
         help_text="forget every memory the other fields leave (say so on purpose)",
     )
+    erase = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="erase everything of `user_id` for good (scope admin; with `user_id` alone): the first "
+        "call answers a `confirm` token and changes nothing, a second call with it erases",
+    )
+    confirm = serializers.CharField(
+        required=False, help_text="with `erase`: the token the first call answered"
+    )
 
     # The rule of validate(), for the API schema: a field that names memories, or all: true.
     schema_rules = {
@@ -61,11 +74,28 @@ class ForgetInSerializer(StrictSerializer):
             {"required": ["tags"]},
             {"required": ["retrievability_below"]},
             {"required": ["all"], "properties": {"all": {"const": True}}},
-        ]
+        ],
+        # Erasing names one person and nothing else; `confirm` only goes with it.
+        "if": {"required": ["erase"], "properties": {"erase": {"const": True}}},
+        "then": {
+            "required": ["user_id"],
+            "properties": {"user_id": {"minLength": 1}},
+            "propertyNames": {"enum": list(ERASE_FIELDS)},
+        },
+        "else": {"not": {"required": ["confirm"]}},
     }
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         named = [name for name in SCOPE_FIELDS if attrs.get(name) not in (None, "", [])]
+        if attrs["erase"]:
+            others = sorted(set(self.initial_data) - set(ERASE_FIELDS))
+            if others or not attrs.get("user_id"):
+                raise serializers.ValidationError(
+                    {"erase": [f"erasing names one person: send user_id (and confirm) alone, not {others}"]}
+                )
+            return attrs
+        if "confirm" in attrs:
+            raise serializers.ValidationError({"confirm": ["only with erase"]})
         if not named and "retrievability_below" not in attrs and not attrs["all"]:
             raise serializers.ValidationError(
                 {

@@ -1,6 +1,6 @@
 """Memories and turns (written by the tenant's policy and within its hot quota), pinning,
-`POST /forget` (seed 004 Forget and ForgetByThreshold), the tenant's figures and policy (scope
-`admin`). Views validate, call, serialise."""
+restoring a forgotten memory (journaled), `POST /forget` (seed 004 Forget and ForgetByThreshold),
+the tenant's figures and policy (scope `admin`). Views validate, call, serialise."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, ValidationError
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -21,12 +21,13 @@ from episodes.api import serializers as episode_serializers
 from episodes.api.views import named, not_found
 from episodes.services import MemoryInput, TurnInput
 from memory_platform.api.base import TenantAPIView
-from memory_platform.api.errors import Conflict, PayloadTooLarge
+from memory_platform.api.errors import Conflict, Gone, PayloadTooLarge
 from memory_platform.conf import memory_settings
 
-from .. import services
+from .. import erasure, services
 from ..models import MemoryPolicy, policy_for
 from ..stats import tenant_stats
+from . import rights
 from . import serializers as s
 
 
@@ -42,22 +43,25 @@ class MemoriesView(TenantAPIView):
         )
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
-        episode = services.memory_create(
-            tenant=self.tenant,
-            memory=MemoryInput(
-                text=d["text"],
-                kind=d["kind"],
-                title=d.get("title", ""),
-                tags=tuple(d["tags"]),
-                metadata=d["metadata"],
-                anchor=d["anchor"],
-                scope=episode_serializers.owner_scope(d),
-                occurred_at=d.get("occurred_at"),
-                vector=d.get("vector"),
-                language=d.get("language", ""),
-            ),
-            now=timezone.now(),
-        )
+        try:
+            episode = services.memory_create(
+                tenant=self.tenant,
+                memory=MemoryInput(
+                    text=d["text"],
+                    kind=d["kind"],
+                    title=d.get("title", ""),
+                    tags=tuple(d["tags"]),
+                    metadata=d["metadata"],
+                    anchor=d["anchor"],
+                    scope=episode_serializers.owner_scope(d),
+                    occurred_at=d.get("occurred_at"),
+                    vector=d.get("vector"),
+                    language=d.get("language", ""),
+                ),
+                now=timezone.now(),
+            )
+        except episode_services.UserForgotten as exc:
+            raise Gone(str(exc)) from None
         return Response(
             episode_selectors.episode_detail(tenant=self.tenant, episode=episode),
             status=status.HTTP_201_CREATED,
@@ -124,9 +128,12 @@ class TurnsView(TenantAPIView):
             )
             for t in data["turns"]
         ]
-        result = services.turns_ingest(
-            tenant=self.tenant, turns=inputs, now=timezone.now(), asynchronous=data["async"]
-        )
+        try:
+            result = services.turns_ingest(
+                tenant=self.tenant, turns=inputs, now=timezone.now(), asynchronous=data["async"]
+            )
+        except episode_services.UserForgotten as exc:
+            raise Gone(str(exc)) from None
         return Response(
             {
                 "turns": [
@@ -166,25 +173,54 @@ class MemoryAnchorView(TenantAPIView):
         return self._set(episode_id, False)
 
 
+class MemoryRestoreView(TenantAPIView):
+    required_scope = "write"
+
+    @extend_schema(request=None, responses={200: dict}, summary="Undo a forget within the grace period")
+    def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
+        try:
+            episode = services.episode_restore(
+                tenant=self.tenant,
+                episode_id=named(self.tenant, episode_id).pk,
+                now=timezone.now(),
+                actor=f"api:{self.api_key.prefix}",
+            )
+        except episode_services.EpisodeNotFound:
+            raise not_found(episode_id) from None
+        except episode_services.ConflictError as exc:
+            raise Conflict(str(exc)) from None
+        return Response(episode_selectors.episode_detail(tenant=self.tenant, episode=episode))
+
+
 class ForgetView(TenantAPIView):
     required_scope = "write"
 
     @extend_schema(
         request=s.ForgetInSerializer,
-        responses=inline_serializer(
-            "ForgetResult",
-            {
-                "dry_run": serializers.BooleanField(),
-                "count": serializers.IntegerField(),
-                "ids": serializers.ListField(child=serializers.CharField()),
-            },
-        ),
-        summary="Soft forget by filter or by retrievability below a threshold (restorable; dry_run)",
+        responses={
+            **rights.ERASURE_RESPONSES,
+            200: OpenApiResponse(
+                description="soft forget: {dry_run, count, ids}; with erase, as DELETE /tenant-data: "
+                "first {confirm, expires_in_seconds, will_erase}, then the receipt"
+            ),
+        },
+        summary="Soft forget by filter or by retrievability below a threshold (restorable; dry_run); "
+        "or erase a user_id for good (erase, scope admin, two calls)",
     )
     def post(self, request: Request) -> Response:
         serializer = s.ForgetInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
+        if d["erase"]:
+            if not self.api_key.has_scope("admin"):
+                raise PermissionDenied("erasing a user for good needs a key with scope admin")
+            return rights.erase_or_confirm(
+                tenant=self.tenant,
+                what=f"user:{d['user_id']}",
+                token=d.get("confirm"),
+                actor=f"api:{self.api_key.prefix}",
+                holdings=erasure.user_holdings(self.tenant, d["user_id"]),
+            )
         now = timezone.now()
         scope = episode_serializers.filter_scope(
             d,

@@ -26,6 +26,12 @@ class Conflict(exceptions.APIException):
     default_code = "conflict"
 
 
+class Gone(exceptions.APIException):
+    status_code = status.HTTP_410_GONE
+    default_detail = "gone for good"
+    default_code = "gone"
+
+
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "request too large"

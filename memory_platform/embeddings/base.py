@@ -24,6 +24,11 @@ class Embedder(ABC):
     #: False when the caller must send vectors (the ``provided`` embedder).
     computes: bool = True
 
+    @property
+    def model_id(self) -> str:
+        """What made the vectors: an export names it, and an import re-embeds when it differs."""
+        return self.name
+
     @abstractmethod
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Return a float32 array of shape (len(texts), dim), rows L2-normalised."""

@@ -30,6 +30,7 @@ def model_dir() -> Path:
 class LocalEmbedder(Embedder):
     name = "local"
     dim = 384
+    model_id = "sentence-transformers/all-MiniLM-L6-v2"  # type: ignore[assignment]
 
     def __init__(self) -> None:
         self._model: Any = None

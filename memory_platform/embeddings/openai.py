@@ -45,6 +45,10 @@ class OpenAIEmbedder(Embedder):
         self.retries = int(memory_settings.OPENAI_EMBED_RETRIES if retries is None else retries)
         self.batch = max(1, int(memory_settings.EMBED_BATCH_SIZE))
 
+    @property
+    def model_id(self) -> str:
+        return f"openai:{self.config.model}"
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), self.batch):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -13,12 +14,22 @@ from django.utils.html import format_html
 from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
 
-from ..admin_base import TenantScopedAdmin
-from .models import ApiKey, Tenant, TenantOperator
-from .services import api_key_rotate
+from ..admin_base import ReadOnlyAdmin, TenantScopedAdmin, admin_actor
+from .audit import key_uses_of
+from .models import ApiKey, AuditEvent, Tenant, TenantOperator
+from .services import api_key_add, api_key_revoke, api_key_rotate
 
 #: The grace periods the console offers a rotated key: (minutes, label).
 GRACES = ((0, "none: revoke the old key now"), (60, "1 hour"), (24 * 60, "1 day"), (7 * 24 * 60, "7 days"))
+
+
+class OnPageOnly(str):
+    """A new secret for a template: rendered as itself, but shown as ``'<secret>'`` by ``repr``,
+    which a failed variable lookup uses to put the whole context in django.template's debug log."""
+
+    def __repr__(self) -> str:
+        return "'<secret>'"
+
 
 # The library's own concrete key model is unused: every key here belongs to a tenant.
 if admin.site.is_registered(APIKey):
@@ -29,7 +40,8 @@ class ApiKeyInline(admin.TabularInline):
     model = ApiKey
     extra = 0
     fields = ("prefix", "name", "scopes", "revoked", "created", "last_used_at")
-    readonly_fields = ("prefix", "name", "scopes", "created", "last_used_at")
+    # Revoked from the API key list only, whose action records who did it (audit).
+    readonly_fields = ("prefix", "name", "scopes", "revoked", "created", "last_used_at")
     can_delete = False
     show_change_link = False  # a key's primary key holds its hash: never in a URL (access logs)
 
@@ -75,7 +87,17 @@ class TenantAdmin(TenantScopedAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(TenantScopedAdmin, APIKeyModelAdmin):
-    list_display = ("prefix", "name", "tenant", "scopes", "created", "last_used_at", "expiry_date", "revoked")  # type: ignore[assignment]
+    list_display = (  # type: ignore[assignment]
+        "prefix",
+        "name",
+        "tenant",
+        "scopes",
+        "created",
+        "last_used_at",
+        "uses",
+        "expiry_date",
+        "revoked",
+    )
     list_filter = ("revoked", "tenant")  # type: ignore[assignment]
     list_select_related = ("tenant",)
     search_fields = ("name", "prefix", "tenant__name")  # type: ignore[assignment]
@@ -91,8 +113,7 @@ class ApiKeyAdmin(TenantScopedAdmin, APIKeyModelAdmin):
         if obj.pk:
             obj.save()
             return
-        secret = self.model.objects.assign_key(obj)
-        obj.save()
+        secret = api_key_add(key=obj, actor=admin_actor(request), now=timezone.now())
         messages.warning(
             request,
             format_html(
@@ -115,8 +136,21 @@ class ApiKeyAdmin(TenantScopedAdmin, APIKeyModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         fields = tuple(super().get_readonly_fields(request, obj)) + ("last_used_at",)
         if obj is not None:
-            fields += ("tenant",)
+            fields += ("tenant", "revoked")  # a key is revoked by the action, which records it
         return fields
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        # The counts of every tenant on the page in one Redis round trip, not one per row.
+        uses = key_uses_of({key.tenant_id for key in changelist.result_list})
+        for key in changelist.result_list:
+            key.use_count = uses.get(key.prefix, 0)
+        return changelist
+
+    @admin.display(description="uses")
+    def uses(self, key: ApiKey) -> int:
+        """Authenticated requests made with the key (``audit.key_uses``)."""
+        return int(getattr(key, "use_count", 0))
 
     @admin.action(description="Rotate selected keys (new secrets; the old keys work for a grace period)")
     def rotate_keys(self, request: HttpRequest, queryset: Any) -> TemplateResponse:
@@ -132,15 +166,20 @@ class ApiKeyAdmin(TenantScopedAdmin, APIKeyModelAdmin):
             context["selected"] = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
             return TemplateResponse(request, "admin/tenancy/apikey/rotate.html", context)
         grace = timedelta(minutes=int(request.POST["grace"]))
-        rotated, now = [], timezone.now()
+        rotated, now, actor = [], timezone.now(), admin_actor(request)
         for key in queryset.select_related("tenant").order_by("created"):
             try:
-                new, secret = api_key_rotate(key=key, now=now, grace=grace)
+                new, secret = api_key_rotate(key=key, actor=actor, now=now, grace=grace)
             except ValidationError as exc:
                 self.message_user(request, f"{key.prefix}: {'; '.join(exc.messages)}", messages.WARNING)
                 continue
             rotated.append(
-                {"old": key, "new": new, "secret": secret, "until": now + grace if grace else None}
+                {
+                    "old": key,
+                    "new": new,
+                    "secret": OnPageOnly(secret),
+                    "until": now + grace if grace else None,
+                }
             )
         context["rotated"] = rotated
         # The secrets are in this answer only (the admin's pages are never cached): never in a URL,
@@ -149,8 +188,26 @@ class ApiKeyAdmin(TenantScopedAdmin, APIKeyModelAdmin):
 
     @admin.action(description="Revoke selected keys")
     def revoke_keys(self, request: HttpRequest, queryset: Any) -> None:
-        count = queryset.filter(revoked=False).update(revoked=True)
+        now, actor = timezone.now(), admin_actor(request)
+        keys = queryset.filter(revoked=False).select_related("tenant").order_by("created")
+        count = sum(api_key_revoke(key=key, actor=actor, now=now) for key in keys)
         self.message_user(request, f"revoked {count} key(s)", messages.SUCCESS)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    """Who created, rotated or revoked a tenant's keys, exported, imported or erased its data, and
+    when (``audit.audit_record``); policy changes are on each policy's page."""
+
+    list_display = ("at", "tenant", "action", "actor", "details")
+    list_filter = ("action", "tenant")
+    list_select_related = ("tenant",)
+    search_fields = ("actor", "detail__prefix")
+    date_hierarchy = "at"
+
+    @admin.display(description="detail")
+    def details(self, event: AuditEvent) -> str:
+        return json.dumps(event.detail, sort_keys=True)
 
 
 @admin.register(TenantOperator)

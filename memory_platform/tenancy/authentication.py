@@ -12,6 +12,7 @@ from rest_framework.request import Request
 
 from memory_platform import db
 
+from .audit import key_used
 from .login_throttle import client_address, count_failure
 from .models import ApiKey, Tenant
 
@@ -72,6 +73,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         now = timezone.now()
         if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
             ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        key_used(key)  # every request, in Redis: a count in Postgres would make each read a write
         request.tenant = key.tenant  # type: ignore[attr-defined]
         return (None, key)
 

@@ -8,6 +8,7 @@ from typing import ClassVar
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
 from rest_framework_api_key.models import AbstractAPIKey, BaseAPIKeyManager
@@ -163,3 +164,23 @@ class TenantOperator(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} operates {self.tenant.name}"
+
+
+class AuditEvent(models.Model):
+    """Who did what to a tenant's keys and data, and when: keys created, rotated and revoked;
+    exports, imports and erasures (``memory_platform.tenancy.audit``). Policy changes have their
+    own record (``lifecycle.models.PolicyChange``). The detail holds counts, key prefixes and
+    filters: never a secret or a memory's text."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="audit_events")
+    at = models.DateTimeField()
+    actor = models.CharField(max_length=100, help_text="admin:<user>, api:<key prefix>, cli, service")
+    action = models.CharField(max_length=40)
+    detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+
+    class Meta:
+        ordering = ("-at", "-id")
+        indexes = [models.Index(fields=["tenant", "-at"], name="auditevent_tenant_at")]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor} at {self.at:%Y-%m-%d %H:%M}"

@@ -10,11 +10,12 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from episodes import curation, public_ids, selectors
+from episodes import public_ids, selectors
 from episodes.api.serializers import filter_scope
 from episodes.api.views import named, named_all, not_found
 from episodes.services import EpisodeNotFound
 from episodes.shapes import Snippet
+from lifecycle import services as lifecycle_services
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict
 from memory_platform.tenancy.models import Tenant
@@ -56,8 +57,11 @@ class MemoryDetailView(TenantAPIView):
     @extend_schema(responses={200: dict}, summary="Soft forget (restorable for the grace period)")
     def delete(self, request: Request, episode_id: public_ids.Reference) -> Response:
         try:
-            episode = curation.episode_forget(
-                tenant=self.tenant, episode_id=named(self.tenant, episode_id).pk, now=timezone.now()
+            episode = lifecycle_services.forget_journaled(
+                tenant=self.tenant,
+                episode_id=named(self.tenant, episode_id).pk,
+                now=timezone.now(),
+                actor=f"api:{self.api_key.prefix}",
             )
         except EpisodeNotFound:
             raise not_found(episode_id) from None

@@ -278,7 +278,9 @@ def run_search_bench(
             else:
                 log(f"loading {size} episodes")
                 tenant, vectors = load_tenant(size, rng, log)
-            _, secret = api_key_create(tenant=tenant, name="bench", scopes=["read"])
+            _, secret = api_key_create(
+                tenant=tenant, name="bench", scopes=["read"], actor="cli", now=timezone.now()
+            )
             # Warm-up queries are not measured, and measured queries are never repeats of them.
             qs = _queries(rng, vectors, queries + 20)
             warm, qs = qs[:20], qs[20:]

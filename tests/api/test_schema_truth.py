@@ -10,7 +10,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.generation.meta import negated_parameters
-from schemathesis.specs.openapi.checks import negative_data_rejection
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from memory_platform.wsgi import application
 from tests.conftest import Caller
@@ -70,7 +70,12 @@ def test_every_operation_keeps_to_its_schema(case, tenant_key):
         "query",
     }
     CALLS["unauthorised"] += unauthorised
+    excluded = [negative_data_rejection] if unauthorised else []
+    if case.operation.path == "/api/v1/import":
+        # Its body is JSON lines of three formats, which a JSON schema cannot describe: any string
+        # is schema-valid, and most strings are not an import (a 400 naming the line). Every other
+        # check still runs on it; tests/lifecycle/test_data_rights.py covers what it accepts.
+        excluded.append(positive_data_acceptance)
     case.call_and_validate(
-        headers={"Authorization": f"Bearer {tenant_key.secret}"},
-        excluded_checks=[negative_data_rejection] if unauthorised else None,
+        headers={"Authorization": f"Bearer {tenant_key.secret}"}, excluded_checks=excluded or None
     )

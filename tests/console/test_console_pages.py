@@ -90,7 +90,7 @@ def test_statements_per_page_do_not_grow_with_tenants_or_episodes(admin_client, 
     def statements(tenants: int, episodes: int) -> int:
         made = [tenant_create(name=f"{page}-{tenants}-{n}", embedder="provided") for n in range(tenants)]
         for tenant in made:
-            api_key_create(tenant=tenant, name="k")
+            api_key_create(tenant=tenant, name="k", actor="service", now=NOW)
             for n in range(episodes):
                 episode = conversation(tenant, session=f"s{n}", idle_days=n + 1, seed=n)
                 episode_pin(tenant=tenant, episode_id=episode, anchor=True, now=NOW, actor="test")

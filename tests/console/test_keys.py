@@ -45,10 +45,12 @@ def test_rotating_in_the_console_shows_the_new_secret_once_and_keeps_the_old_key
 def test_an_expired_or_revoked_old_key_is_refused(client):
     caller = Caller("acme")
     now = timezone.now()
-    _, secret = api_key_rotate(key=caller.key, now=now - timedelta(hours=2), grace=timedelta(hours=1))
+    _, secret = api_key_rotate(
+        key=caller.key, actor="service", now=now - timedelta(hours=2), grace=timedelta(hours=1)
+    )
     assert not works(caller.secret, client) and works(secret, client)  # the grace ended an hour ago
     other = Caller("beta")
-    api_key_rotate(key=other.key, now=now)  # no grace: revoked at once
+    api_key_rotate(key=other.key, actor="service", now=now)  # no grace: revoked at once
     assert not works(other.secret, client)
 
 

@@ -48,7 +48,7 @@ def test_a_wrong_key_is_401(caller):
 
 def test_a_revoked_key_is_401(caller):
     assert caller.get("/api/v1/whoami").status_code == 200
-    api_key_revoke(key=caller.key)
+    api_key_revoke(key=caller.key, actor="service", now=caller.key.created)
     response = caller.get("/api/v1/whoami")
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "unauthenticated"
@@ -79,4 +79,6 @@ def test_unknown_scope_is_refused(caller):
     from django.core.exceptions import ValidationError
 
     with pytest.raises(ValidationError):
-        api_key_create(tenant=caller.tenant, name="bad", scopes=["root"])
+        api_key_create(
+            tenant=caller.tenant, name="bad", scopes=["root"], actor="service", now=caller.key.created
+        )

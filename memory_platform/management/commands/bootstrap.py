@@ -10,6 +10,7 @@ import secrets
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.utils import timezone
 
 from memory_platform.embeddings import get_embedder
 from memory_platform.embeddings.local import LocalEmbedder
@@ -42,7 +43,13 @@ class Command(BaseCommand):
         secret = None
         if tenant is None:
             tenant = tenant_create(name=DEMO_TENANT)
-            _, secret = api_key_create(tenant=tenant, name="demo key", scopes=["read", "write", "admin"])
+            _, secret = api_key_create(
+                tenant=tenant,
+                name="demo key",
+                scopes=["read", "write", "admin"],
+                actor="cli",
+                now=timezone.now(),
+            )
 
         # The first run exports the local model for queries (a few seconds); later runs find it.
         local = get_embedder("local")

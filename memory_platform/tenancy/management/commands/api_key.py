@@ -2,7 +2,7 @@
 
 ``create`` and ``rotate`` print the new secret alone on standard output (so a script can take it:
 ``KEY=$(manage.py api_key create demo)``) and say what they did on standard error. The secret
-exists only in that output; the database keeps its hash.
+exists only in that output; the database keeps its hash. Each change is audited with actor "cli".
 """
 
 from datetime import timedelta
@@ -11,8 +11,12 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from memory_platform.tenancy.audit import key_uses
 from memory_platform.tenancy.models import SCOPES, ApiKey, Tenant
 from memory_platform.tenancy.services import api_key_create, api_key_revoke, api_key_rotate
+
+#: Who the audit records a change made here as.
+ACTOR = "cli"
 
 
 class Command(BaseCommand):
@@ -59,7 +63,11 @@ class Command(BaseCommand):
         tenant = self._tenant(opts["tenant"])
         try:
             key, secret = api_key_create(
-                tenant=tenant, name=opts["name"] or f"{tenant.name} key", scopes=opts["scopes"]
+                tenant=tenant,
+                name=opts["name"] or f"{tenant.name} key",
+                scopes=opts["scopes"],
+                actor=ACTOR,
+                now=timezone.now(),
             )
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from exc
@@ -70,10 +78,14 @@ class Command(BaseCommand):
 
     def _list(self, opts) -> None:  # type: ignore[no-untyped-def]
         tenant = self._tenant(opts["tenant"])
+        uses = key_uses(tenant)
         for key in ApiKey.objects.filter(tenant=tenant).order_by("created"):
             state = "revoked" if key.revoked else "expired" if key.has_expired else "active"
             used = f"last used {key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never used"
-            self.stdout.write(f"{key.prefix}  {state:7}  {','.join(key.scopes):16}  {used}  {key.name}")
+            self.stdout.write(
+                f"{key.prefix}  {state:7}  {','.join(key.scopes):16}  {used:26}  "
+                f"{uses.get(key.prefix, 0):>8} uses  {key.name}"
+            )
 
     def _rotate(self, opts) -> None:  # type: ignore[no-untyped-def]
         old = self._key(opts["prefix"])
@@ -81,7 +93,9 @@ class Command(BaseCommand):
         if grace < 0:
             raise CommandError("--grace-minutes must not be negative")
         try:
-            key, secret = api_key_rotate(key=old, now=timezone.now(), grace=timedelta(minutes=grace))
+            key, secret = api_key_rotate(
+                key=old, actor=ACTOR, now=timezone.now(), grace=timedelta(minutes=grace)
+            )
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from exc
         ending = f"{old.prefix} works for {grace} more minute(s)" if grace else f"revoked {old.prefix}"
@@ -90,5 +104,7 @@ class Command(BaseCommand):
 
     def _revoke(self, opts) -> None:  # type: ignore[no-untyped-def]
         key = self._key(opts["prefix"])
-        api_key_revoke(key=key)
-        self.stdout.write(f"revoked {key.prefix} ({key.tenant.name})")
+        if api_key_revoke(key=key, actor=ACTOR, now=timezone.now()):
+            self.stdout.write(f"revoked {key.prefix} ({key.tenant.name})")
+        else:
+            self.stdout.write(f"{key.prefix} ({key.tenant.name}) was revoked already")

@@ -3,6 +3,7 @@ import os
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from memory_platform.tenancy.models import SCOPES
 from memory_platform.tenancy.services import api_key_create, tenant_create
@@ -42,7 +43,9 @@ class Command(BaseCommand):
             )
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from exc
-        key, secret = api_key_create(tenant=tenant, name=f"{tenant.name} key", scopes=opts["scopes"])
+        key, secret = api_key_create(
+            tenant=tenant, name=f"{tenant.name} key", scopes=opts["scopes"], actor="cli", now=timezone.now()
+        )
         if opts["json"]:
             self.stdout.write(
                 json.dumps({"tenant": tenant.name, "tenant_id": str(tenant.id), "api_key": secret})

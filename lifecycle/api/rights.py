@@ -1,0 +1,207 @@
+"""Data rights over the API (issue 19): export, import, and erasure of the tenant's memory or of
+one person's (``POST /forget`` with ``erase``, in ``views.ForgetView``). Scope ``admin``: each
+reads or changes all of the tenant's memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiRequest, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from memory_platform.api.base import TenantAPIView
+from memory_platform.api.errors import Conflict, PayloadTooLarge, ServiceUnavailable
+from memory_platform.api.serializers import StrictSerializer
+from memory_platform.conf import memory_settings
+from memory_platform.tenancy.audit import EXPORT, audit_record
+from memory_platform.tenancy.models import Tenant
+
+from .. import erasure
+from ..portability.export import ExportFilter, export_lines
+from ..portability.records import FormatError
+from ..portability.sources import FORMATS, import_body
+
+
+class ExportQuerySerializer(StrictSerializer):
+    from_query = True
+    user_id = serializers.CharField(required=False, max_length=200)
+    session_id = serializers.CharField(required=False, max_length=200)
+    since = serializers.DateTimeField(required=False, help_text="episodes that went on at or after this time")
+    until = serializers.DateTimeField(required=False, help_text="episodes that began before this time")
+
+
+class ExportView(TenantAPIView):
+    required_scope = "admin"
+
+    @extend_schema(
+        parameters=[ExportQuerySerializer],
+        responses={
+            (200, "application/x-ndjson"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="JSON lines: a header, the policy, each episode followed by its turns, "
+                "links, journal entries, counters, and an end record with the counts (see the README)",
+            )
+        },
+        summary="Export the tenant's memory as JSON lines (streamed)",
+    )
+    def get(self, request: Request) -> StreamingHttpResponse:
+        query = ExportQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        filters = ExportFilter(**query.validated_data)
+        now = timezone.now()
+        audit_record(
+            tenant=self.tenant,
+            action=EXPORT,
+            actor=f"api:{self.api_key.prefix}",
+            now=now,
+            filters=filters.as_json(),
+        )
+        response = StreamingHttpResponse(
+            export_lines(tenant=self.tenant, filters=filters, now=now), content_type="application/x-ndjson"
+        )
+        response["Content-Disposition"] = (
+            f'attachment; filename="{self.tenant.name}-{now:%Y%m%dT%H%M%S}.jsonl"'
+        )
+        return response
+
+
+class ImportQuerySerializer(StrictSerializer):
+    from_query = True
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # `source` is an attribute of every serializer, so the field is declared here. (Not
+        # "format": that is DRF's own parameter, which picks the answer's renderer.)
+        self.fields["source"] = serializers.ChoiceField(
+            choices=FORMATS, required=False, help_text="the body's format; read off the body when left out"
+        )
+
+
+class RawBodyParser(BaseParser):
+    """An import's body, left as it is: the view reads it within its own limit."""
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        return None
+
+
+class ImportView(TenantAPIView):
+    required_scope = "admin"
+    parser_classes = [RawBodyParser]
+
+    @extend_schema(
+        parameters=[ImportQuerySerializer],
+        request=OpenApiRequest(OpenApiTypes.STR),
+        responses={
+            200: OpenApiResponse(description="what was created, left unchanged, written over or skipped"),
+            413: OpenApiResponse(description="the body is larger than MEMORY_MAX_IMPORT_BYTES"),
+        },
+        summary="Import JSON lines: this platform's export, mem0 memories, or turns (idempotent)",
+    )
+    def post(self, request: Request) -> Response:
+        query = ImportQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        fmt = query.validated_data.get("source")
+        body = _body(request, int(memory_settings.MAX_IMPORT_BYTES))
+        if not body.strip():
+            raise ValidationError({"body": ["empty: send the export's JSON lines"]})
+        try:
+            report = import_body(
+                tenant=self.tenant, body=body, fmt=fmt, now=timezone.now(), actor=f"api:{self.api_key.prefix}"
+            )
+        except FormatError as exc:
+            raise ValidationError({"body": [str(exc)]}) from None
+        return Response(report.as_json())
+
+
+def _body(request: Request, limit: int) -> bytes:
+    """The request's body, refused before it is read when it is over ``limit`` bytes."""
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise ValidationError({"body": ["Content-Length is not a number"]}) from None
+    if length > limit:
+        raise PayloadTooLarge(
+            f"an import body holds at most {limit} bytes (MEMORY_MAX_IMPORT_BYTES); got {length}"
+        )
+    body = request._request.read(limit + 1)
+    if len(body) > limit:
+        raise PayloadTooLarge(f"an import body holds at most {limit} bytes (MEMORY_MAX_IMPORT_BYTES)")
+    return bytes(body)
+
+
+ERASURE_RESPONSES = {
+    200: OpenApiResponse(
+        description="first call: {confirm, expires_in_seconds, will_erase}, nothing erased; second call "
+        "(with confirm): the receipt, {erased, erased_at, removed (per store), verification (clean)}"
+    ),
+    409: OpenApiResponse(description="the confirm token is not this erasure's, or is older than 15 minutes"),
+    503: OpenApiResponse(
+        description="Redis is down (nothing erased), or the verification found something left"
+    ),
+}
+
+
+class ConfirmSerializer(StrictSerializer):
+    confirm = serializers.CharField(
+        required=False, help_text="the token the first call answered; without it nothing is erased"
+    )
+
+
+def erase_or_confirm(
+    *, tenant: Tenant, what: str, token: str | None, actor: str, holdings: dict[str, int]
+) -> Response:
+    """The two calls of an erasure: without ``token``, the token and what would go; with it, the
+    erasure and its receipt (503 when a store is down before anything went, or when the
+    verification pass still found something)."""
+    now = timezone.now()
+    if token is None:
+        return Response(
+            {
+                "confirm": erasure.erasure_token(tenant=tenant, what=what, now=now),
+                "expires_in_seconds": int(erasure.TOKEN_TTL.total_seconds()),
+                "will_erase": holdings,
+            }
+        )
+    try:
+        erasure.check_token(tenant=tenant, what=what, token=token, now=now)
+    except erasure.ErasureRefused as exc:  # well formed, but not a token for this: 409
+        raise Conflict(str(exc)) from None
+    try:
+        if what == erasure.TENANT_DATA:
+            receipt = erasure.erase_tenant_data(tenant=tenant, now=now, actor=actor)
+        else:
+            receipt = erasure.forget_user(
+                tenant=tenant, user_id=what.removeprefix("user:"), now=now, actor=actor
+            )
+    except erasure.ErasureUnavailable as exc:
+        raise ServiceUnavailable(str(exc)) from None
+    return Response(receipt.as_json(), status=200 if receipt.clean else 503)
+
+
+class TenantDataView(TenantAPIView):
+    required_scope = "admin"
+
+    @extend_schema(
+        request=ConfirmSerializer,
+        responses=ERASURE_RESPONSES,
+        summary="Erase all of the tenant's memory for good (two calls; the tenant, policy and keys stay)",
+    )
+    def delete(self, request: Request) -> Response:
+        body = ConfirmSerializer(data=request.data if isinstance(request.data, dict) else {})
+        body.is_valid(raise_exception=True)
+        return erase_or_confirm(
+            tenant=self.tenant,
+            what=erasure.TENANT_DATA,
+            token=body.validated_data.get("confirm"),
+            actor=f"api:{self.api_key.prefix}",
+            holdings=erasure.tenant_holdings(self.tenant),
+        )

@@ -1,0 +1,561 @@
+"""Taking an export back (``records``), into an empty or a non-empty tenant.
+
+Everything is read and checked first (``parse_export``): a bad line is a ``FormatError`` naming it,
+and nothing has been written. Then the episodes go in by batches, each batch one transaction:
+
+- an episode the tenant does not hold is created as exported (its layer, shape, state and usage),
+  with its turns;
+- an episode it holds (the same public id) and that is the same is left alone: importing twice
+  changes nothing;
+- one that differs is written over, journaled (``import``, the fields' values before and the turns
+  it added), so a rollback puts it back exactly; its usage stays the target's, and one owned by
+  another user, agent or session is skipped.
+
+Vectors are kept when the export's model and dimension are the tenant's; otherwise the turns are
+embedded again with the tenant's embedder (or imported without vectors when it computes none). The
+hot episodes are then indexed in Redis, as the lifecycle leaves them; the packed ones are not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from django.db import transaction
+from django.db.models import F
+from rest_framework.exceptions import ParseError
+
+from episodes.indexing import _normalise, episodes_index_hot
+from episodes.models import Episode, ForgottenUser, Layer, Link, State, Turn
+from episodes.stores.hot import HotUnavailable
+from memory_platform import counters
+from memory_platform.api.parsers import check_value
+from memory_platform.conf import DEFAULTS, memory_settings
+from memory_platform.embeddings import EmbeddingError, embedder_for
+from memory_platform.tenancy.models import Tenant
+
+from ..hotsync import sync_episode
+from ..journal import journal_record, snapshot, to_json
+from ..models import AccessWindow, JournalEntry, MemoryPolicy, policy_for
+from . import records
+from .records import FormatError
+
+#: Called with (episodes done, episodes in the import) after each batch.
+Progress = Callable[[int, int], None]
+BATCH = 100
+
+
+@dataclass
+class EpisodeIn:
+    public_id: str
+    fields: dict[str, Any]
+    vector: np.ndarray | None
+    window: dict[str, Any] | None
+    turns: list[TurnIn] = field(default_factory=list)
+
+
+@dataclass
+class TurnIn:
+    public_id: str
+    fields: dict[str, Any]
+    vector: np.ndarray | None
+    context_vector: np.ndarray | None
+
+
+@dataclass
+class ExportIn:
+    """An export read and checked, nothing written yet."""
+
+    header: dict[str, Any]
+    policy: dict[str, Any] | None = None
+    episodes: list[EpisodeIn] = field(default_factory=list)
+    links: list[tuple[str, str, str, datetime | None]] = field(default_factory=list)
+    journal: list[tuple[str | None, dict[str, Any]]] = field(default_factory=list)
+    counters: dict[str, str] | None = None
+
+
+@dataclass
+class ImportReport:
+    """What an import did, per kind of record: the API's answer and the command's summary."""
+
+    format: str
+    episodes: Counter[str] = field(default_factory=Counter)
+    turns: Counter[str] = field(default_factory=Counter)
+    links: Counter[str] = field(default_factory=Counter)
+    journal: Counter[str] = field(default_factory=Counter)
+    vectors: str = "kept"
+    policy: str = "kept"
+    counters: str = "not in the import"
+    indexed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        if len(self.notes) < 50:
+            self.notes.append(text)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "episodes": dict(+self.episodes),
+            "turns": dict(+self.turns),
+            "links": dict(+self.links),
+            "journal": dict(+self.journal),
+            "vectors": self.vectors,
+            "policy": self.policy,
+            "counters": self.counters,
+            "indexed": self.indexed,
+            "notes": self.notes,
+        }
+
+
+# --- read and check ---------------------------------------------------------------------------------
+_EPISODE_KEYS = frozenset({"type", "id", "embedding", "access_window", *records.EPISODE_FIELDS})
+_TURN_KEYS = frozenset({"type", "id", "episode", "embedding", "context_embedding", *records.TURN_FIELDS})
+
+
+def json_lines(lines: Iterable[bytes | str]) -> Iterable[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line; FormatError for one that is not an object."""
+    for number, raw in enumerate(lines, start=1):
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        if not text.strip():
+            continue
+        try:
+            value = json.loads(text)
+            check_value(value, int(memory_settings.MAX_JSON_DEPTH))
+        except (ValueError, RecursionError):
+            raise FormatError(number, "not a JSON value") from None
+        except ParseError as exc:
+            raise FormatError(number, str(exc.detail)) from None
+        if not isinstance(value, dict):
+            raise FormatError(number, "a line is a JSON object")
+        yield number, value
+
+
+def _header(number: int, record: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    if record.get("format") != records.FORMAT:
+        raise FormatError(number, f"the first line is the header, with format {records.FORMAT!r}")
+    if record.get("version") != records.VERSION:
+        raise FormatError(
+            number, f"version {record.get('version')!r}: this platform reads version {records.VERSION}"
+        )
+    embedding = record.get("embedding")
+    width = int(DEFAULTS["EMBEDDING_DIM"])
+    if (
+        not isinstance(embedding, dict)
+        or not isinstance(embedding.get("model"), str)
+        or not isinstance(embedding.get("dim"), int)
+        or not 1 <= embedding["dim"] <= width
+        or embedding.get("encoding") != records.ENCODING
+    ):
+        raise FormatError(
+            number,
+            f"the header's embedding names the model, its dim (1-{width}) and encoding {records.ENCODING!r}",
+        )
+    return record, embedding["dim"]
+
+
+def parse_export(lines: Iterable[bytes | str]) -> ExportIn:
+    """Read a whole export and check every line against the format; raises FormatError."""
+    data: ExportIn | None = None
+    dim = 0
+    seen_turns: set[str] = set()
+    by_id: dict[str, EpisodeIn] = {}
+    counts: Counter[str] = Counter()
+    ended = False
+    for number, record in json_lines(lines):
+        if data is None:
+            header, dim = _header(number, record)
+            data = ExportIn(header=header)
+            continue
+        if ended:
+            raise FormatError(number, "a record after the end record")
+        kind = record.get("type")
+        if kind not in records.RECORD_TYPES:
+            raise FormatError(number, f"unknown record type {kind!r}; one of {list(records.RECORD_TYPES)}")
+        if kind == "episode":
+            episode = _episode(number, record, dim)
+            if episode.public_id in by_id:
+                raise FormatError(number, f"episode {episode.public_id} twice")
+            by_id[episode.public_id] = episode
+            data.episodes.append(episode)
+        elif kind == "turn":
+            owner = records.public_id(record.get("episode"), number, "episode")
+            if owner not in by_id:
+                raise FormatError(number, f"turn of episode {owner}, which no earlier line holds")
+            turn = _turn(number, record, dim)
+            if turn.public_id in seen_turns:
+                raise FormatError(number, f"turn {turn.public_id} twice")
+            seen_turns.add(turn.public_id)
+            by_id[owner].turns.append(turn)
+        elif kind == "link":
+            data.links.append(_link(number, record))
+        elif kind == "journal":
+            data.journal.append(_journal(number, record))
+        elif kind == "policy":
+            if not isinstance(record.get("policy"), dict):
+                raise FormatError(number, "a policy record holds an object 'policy'")
+            data.policy = record["policy"]
+        elif kind == "counters":
+            fields = record.get("fields")
+            if not isinstance(fields, dict) or not all(
+                isinstance(k, str) and isinstance(v, str | int | float) for k, v in fields.items()
+            ):
+                raise FormatError(number, "a counters record holds 'fields', names to numbers")
+            data.counters = {k: str(v) for k, v in fields.items()}
+        else:
+            _check_end(number, record, counts)
+            ended = True
+        if kind != "end":
+            counts[kind] += 1
+    if data is None:
+        raise FormatError(1, "empty: an export begins with its header line")
+    if not ended:
+        raise FormatError(0, "no end record: the export was cut short")
+    return data
+
+
+def _check_end(number: int, record: dict[str, Any], counts: Counter[str]) -> None:
+    said = record.get("counts")
+    if not isinstance(said, dict) or {k: v for k, v in said.items() if v} != dict(+counts):
+        raise FormatError(
+            number, f"the end record counts {said}, the file holds {dict(+counts)}: cut or edited"
+        )
+
+
+def _episode(number: int, record: dict[str, Any], dim: int) -> EpisodeIn:
+    unknown = set(record) - _EPISODE_KEYS
+    if unknown:
+        raise FormatError(number, f"unknown episode fields {sorted(unknown)}")
+    fields = records.clean_fields(Episode, records.EPISODE_FIELDS, record, number)
+    if fields.get("anchor") and fields.get("layer") == Layer.COLD:
+        raise FormatError(number, "an anchor is never cold")
+    if fields["last_occurred_at"] < fields["first_occurred_at"]:
+        raise FormatError(number, "last_occurred_at is before first_occurred_at")
+    window = record.get("access_window")
+    if window is not None:
+        window = records.clean_fields(AccessWindow, ("started_at", "access_count_at_start"), window, number)
+    return EpisodeIn(
+        public_id=records.public_id(record.get("id"), number),
+        fields=fields,
+        vector=records.decode_vector(record.get("embedding"), dim, number),
+        window=window,
+    )
+
+
+def _turn(number: int, record: dict[str, Any], dim: int) -> TurnIn:
+    unknown = set(record) - _TURN_KEYS
+    if unknown:
+        raise FormatError(number, f"unknown turn fields {sorted(unknown)}")
+    return TurnIn(
+        public_id=records.public_id(record.get("id"), number),
+        fields=records.clean_fields(Turn, records.TURN_FIELDS, record, number),
+        vector=records.decode_vector(record.get("embedding"), dim, number),
+        context_vector=records.decode_vector(record.get("context_embedding"), dim, number),
+    )
+
+
+def _link(number: int, record: dict[str, Any]) -> tuple[str, str, str, datetime | None]:
+    return (
+        records.public_id(record.get("src"), number, "src"),
+        records.public_id(record.get("dst"), number, "dst"),
+        records.link_kind(record.get("kind"), number),
+        records.clean_fields(Link, ("created_at",), record, number).get("created_at"),
+    )
+
+
+def _journal(number: int, record: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    episode = record.get("episode")
+    owner = None if episode is None else records.public_id(episode, number, "episode")
+    fields = records.clean_fields(JournalEntry, records.JOURNAL_FIELDS, record, number)
+    if not isinstance(fields.get("before", {}), dict) or not isinstance(fields.get("after", {}), dict):
+        raise FormatError(number, "a journal entry's before and after are objects")
+    return owner, fields
+
+
+# --- write ------------------------------------------------------------------------------------------
+def import_export(
+    *,
+    tenant: Tenant,
+    data: ExportIn,
+    now: datetime,
+    actor: str,
+    progress: Progress | None = None,
+) -> ImportReport:
+    """Write a checked export into ``tenant`` (see the module's docstring); returns what it did."""
+    report = ImportReport(format=records.FORMAT)
+    was_empty = not Episode.objects.filter(tenant=tenant).exists()
+    policy = _policy(tenant, data.policy) if was_empty and data.policy else None
+    embedder = embedder_for(tenant)
+    model = data.header["embedding"]
+    keep = model["model"] == embedder.model_id and model["dim"] == tenant.embedding_dim
+    report.vectors = "kept" if keep else "embedded again" if embedder.computes else "left out"
+    if not keep:
+        report.note(
+            f"the export's vectors were made by {model['model']} ({model['dim']}-d); this tenant "
+            f"uses {embedder.model_id} ({tenant.embedding_dim}-d)"
+        )
+    forgotten = set(ForgottenUser.among(tenant, (e.fields.get("user_id", "") for e in data.episodes)))
+
+    if policy is not None:
+        from ..services import policy_save
+
+        policy_save(policy=policy, now=now, actor=actor)
+        report.policy = "applied (the tenant held no memory)"
+    elif data.policy:
+        report.policy = "kept: the tenant already holds memory"
+
+    episodes = [e for e in data.episodes if e.fields.get("user_id", "") not in forgotten]
+    if len(episodes) < len(data.episodes):
+        report.episodes["skipped"] += len(data.episodes) - len(episodes)
+        report.note(
+            f"{len(data.episodes) - len(episodes)} episode(s) of users erased from this tenant left out"
+        )
+    for start in range(0, len(episodes), BATCH):
+        batch = episodes[start : start + BATCH]
+        if not keep:
+            _embed_again(tenant, batch, computes=embedder.computes)
+        written = _write_batch(tenant, batch, now, actor, report)
+        hot = list(
+            Episode.objects.filter(tenant=tenant, pk__in=written, layer=Layer.HOT)
+            .exclude(state=State.FORGOTTEN)
+            .values_list("pk", flat=True)
+        )
+        try:
+            report.indexed += episodes_index_hot(tenant.pk, hot)
+        except (*HotUnavailable, EmbeddingError) as exc:
+            # They keep needs_reindex: the repair task indexes them (search reads Postgres meanwhile).
+            report.note(f"hot index: {exc}; the repair task indexes the rest")
+        if progress is not None:
+            progress(min(start + BATCH, len(episodes)), len(episodes))
+
+    _write_links(tenant, data.links, now, report)
+    _write_journal(tenant, data.journal, report)
+    if data.counters is not None:
+        if was_empty:
+            counters.add_fields(tenant.pk, data.counters)
+            report.counters = "added (the tenant held no memory)"
+        else:
+            report.counters = "left out: the tenant already holds memory"
+    return report
+
+
+def _policy(tenant: Tenant, values: Mapping[str, Any]) -> MemoryPolicy:
+    """The tenant's policy with the export's values, checked like the API's (``FormatError``)."""
+    from django.core.exceptions import ValidationError
+
+    from ..api.serializers import PolicySerializer
+
+    policy = policy_for(tenant)
+    given = {k: v for k, v in values.items() if k not in {"updated_at", "llm_api_key"}}
+    serializer = PolicySerializer(policy, data=given, partial=True)
+    if not serializer.is_valid():
+        raise FormatError(0, f"the policy: {serializer.errors}")
+    for name, value in serializer.validated_data.items():
+        setattr(policy, name, value)
+    try:
+        policy.full_clean()
+    except ValidationError as exc:
+        raise FormatError(0, f"the policy: {'; '.join(exc.messages)}") from None
+    return policy
+
+
+def _embed_again(tenant: Tenant, batch: list[EpisodeIn], *, computes: bool) -> None:
+    """Vectors of the tenant's own model for the batch's turns (their window vectors are made when
+    they are indexed); an episode's vector is its turns' centroid, as ingest makes it."""
+    turns = [t for e in batch for t in e.turns]
+    vectors: Any = (
+        embedder_for(tenant).embed([t.fields["text"] for t in turns]) if computes and turns else None
+    )
+    for i, turn in enumerate(turns):
+        turn.vector = None if vectors is None else vectors[i]
+        turn.context_vector = None
+    for episode in batch:
+        own = [t.vector for t in episode.turns if t.vector is not None]
+        episode.vector = _normalise(np.sum(own, axis=0)) if own else None
+
+
+def _changed(episode: Episode, values: Mapping[str, Any]) -> list[str]:
+    """The overwritten fields whose values differ."""
+    return [
+        name
+        for name in records.OVERWRITTEN_FIELDS
+        if name in values and to_json(getattr(episode, name)) != to_json(values[name])
+    ]
+
+
+def _write_batch(
+    tenant: Tenant, batch: list[EpisodeIn], now: datetime, actor: str, report: ImportReport
+) -> list[int]:
+    """One transaction: the batch's new episodes and turns, and the journaled overwrites."""
+    written: list[int] = []
+    with transaction.atomic():
+        existing = {
+            e.public_id: e
+            for e in Episode.objects.select_for_update().filter(
+                tenant=tenant, public_id__in=[e.public_id for e in batch]
+            )
+        }
+        turn_ids = [t.public_id for e in batch for t in e.turns]
+        held = dict(
+            Turn.objects.filter(tenant=tenant, public_id__in=turn_ids).values_list("public_id", "episode_id")
+        )
+        new = [e for e in batch if e.public_id not in existing]
+        created = Episode.objects.bulk_create(
+            [
+                Episode(
+                    tenant=tenant,
+                    public_id=e.public_id,
+                    embedding=e.vector,
+                    needs_reindex=e.fields.get("layer", Layer.HOT) == Layer.HOT,
+                    **e.fields,
+                )
+                for e in new
+            ]
+        )
+        AccessWindow.objects.bulk_create(
+            [
+                AccessWindow(tenant=tenant, episode=row, **e.window)
+                for e, row in zip(new, created, strict=True)
+                if e.window
+            ]
+        )
+        rows: list[Turn] = []
+        for e, row in zip(new, created, strict=True):
+            rows += _turn_rows(tenant, row, e, held, report)
+            written.append(row.pk)
+        Turn.objects.bulk_create(rows)
+        report.episodes["created"] += len(created)
+        report.turns["created"] += len(rows)
+        for e in batch:
+            if e.public_id in existing and _overwrite(
+                tenant, existing[e.public_id], e, held, now, actor, report
+            ):
+                written.append(existing[e.public_id].pk)
+    return written
+
+
+def _turn_rows(
+    tenant: Tenant, episode: Episode, e: EpisodeIn, held: Mapping[str, int], report: ImportReport
+) -> list[Turn]:
+    rows = []
+    for t in e.turns:
+        if t.public_id in held:
+            if held[t.public_id] != episode.pk:
+                report.turns["skipped"] += 1
+                report.note(f"turn {t.public_id} is held by another episode of this tenant; left out")
+            else:
+                report.turns["unchanged"] += 1
+            continue
+        rows.append(
+            Turn(
+                tenant=tenant,
+                episode=episode,
+                public_id=t.public_id,
+                embedding=t.vector,
+                context_embedding=t.context_vector,
+                **t.fields,
+            )
+        )
+    return rows
+
+
+def _overwrite(
+    tenant: Tenant,
+    episode: Episode,
+    e: EpisodeIn,
+    held: Mapping[str, int],
+    now: datetime,
+    actor: str,
+    report: ImportReport,
+) -> bool:
+    """Write the import over an episode the tenant holds, journaled; False when it is the same."""
+    if any(getattr(episode, name) != e.fields.get(name, "") for name in records.OWNER_FIELDS):
+        report.episodes["skipped"] += 1
+        report.note(f"episode {e.public_id} belongs to another user, agent or session here; left out")
+        return False
+    changed = _changed(episode, e.fields)
+    rows = _turn_rows(tenant, episode, e, held, report)
+    if not changed and not rows:
+        report.episodes["unchanged"] += 1
+        return False
+    before = snapshot(episode, changed)
+    values = {name: e.fields[name] for name in changed}
+    Episode.objects.filter(pk=episode.pk).update(version=F("version") + 1, needs_reindex=True, **values)
+    created = Turn.objects.bulk_create(rows)
+    journal_record(
+        tenant=tenant,
+        episode=episode,
+        action="import",
+        before=before,
+        after={**values, "turns_created": [t.pk for t in created]},
+        now=now,
+        actor=actor,
+    )
+    transaction.on_commit(lambda: sync_episode(tenant.pk, episode.pk))
+    report.episodes["updated"] += 1
+    report.turns["created"] += len(created)
+    return True
+
+
+def _write_links(
+    tenant: Tenant, links: list[tuple[str, str, str, datetime | None]], now: datetime, report: ImportReport
+) -> None:
+    named = {p for src, dst, _, _ in links for p in (src, dst)}
+    pks = dict(
+        Episode.objects.filter(tenant=tenant, public_id__in=list(named)).values_list("public_id", "pk")
+    )
+    for src, dst, kind, created_at in links:
+        if src not in pks or dst not in pks:
+            report.links["skipped"] += 1
+            continue
+        _, made = Link.objects.get_or_create(
+            tenant=tenant,
+            src_id=pks[src],
+            dst_id=pks[dst],
+            kind=kind,
+            defaults={"created_at": created_at or now},
+        )
+        report.links["created" if made else "unchanged"] += 1
+
+
+def _write_journal(
+    tenant: Tenant, entries: list[tuple[str | None, dict[str, Any]]], report: ImportReport
+) -> None:
+    """The export's history, as history: marked ``imported`` (its ids are the other system's), so
+    it is never rolled back here. An entry already imported (same episode, action, time, actor) is
+    not written again."""
+    named = {owner for owner, _ in entries if owner}
+    pks = dict(
+        Episode.objects.filter(tenant=tenant, public_id__in=list(named)).values_list("public_id", "pk")
+    )
+    held: set[tuple[Any, ...]] = set(
+        JournalEntry.objects.filter(tenant=tenant, after__imported=True).values_list(
+            "episode_id", "action", "created_at", "actor"
+        )
+    )
+    rows = []
+    for owner, fields in entries:
+        if owner is not None and owner not in pks:
+            report.journal["skipped"] += 1
+            continue
+        episode_id = pks.get(owner) if owner else None
+        key = (episode_id, fields["action"], fields["created_at"], fields["actor"])
+        if key in held:
+            report.journal["unchanged"] += 1
+            continue
+        held.add(key)
+        rows.append(
+            JournalEntry(
+                tenant=tenant,
+                episode_id=episode_id,
+                episode_id_value=episode_id,
+                **{**fields, "after": {**fields.get("after", {}), "imported": True}},
+            )
+        )
+    JournalEntry.objects.bulk_create(rows)
+    report.journal["created"] += len(rows)
