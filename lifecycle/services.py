@@ -19,8 +19,8 @@ from django.db.models import F, Field
 
 from episodes import services as episode_services
 from episodes.curation import episode_for_update
-from episodes.language import index_text, language_of
-from episodes.models import SEARCH_TEXT_LIMIT, Episode, Layer
+from episodes.language import language_of
+from episodes.models import Episode, Layer
 from episodes.services import (
     ConflictError,
     EpisodeNotFound,
@@ -33,7 +33,7 @@ from memory_platform.tenancy.models import Tenant
 
 from . import moves, scoring, transitions
 from .candidates import CandidateError, candidate_approve, candidate_reject
-from .compression import ColdShape, WarmShape, cold_index_text, get_summariser
+from .compression import ColdShape, WarmShape, get_summariser
 from .forgetting import episode_restore, forget_apply, forget_journaled, forget_select, purge_forgotten
 from .hotsync import sync_episode
 from .journal import EDITABLE_FIELDS, journal_record, snapshot
@@ -202,7 +202,7 @@ def episode_pack(*, tenant: Tenant, episode_id: int, layer: str, now: datetime, 
 
 def _shape_text(episode: Episode, values: Mapping[str, Any]) -> dict[str, Any]:
     """A warm or cold episode is searched by the text of its shape: when an edit changes the shape,
-    its searchable text and packed size follow, written as ``transitions`` writes them."""
+    its searchable text and packed size follow (``transitions``' rules)."""
 
     def new(name: str) -> Any:
         return values.get(name, getattr(episode, name))
@@ -211,13 +211,11 @@ def _shape_text(episode: Episode, values: Mapping[str, Any]) -> dict[str, Any]:
         warm = WarmShape(
             new("summary"), list(new("key_points")), list(new("entities")), list(new("decisions"))
         )
-        return {"search_text": index_text(warm.text())[:SEARCH_TEXT_LIMIT], "packed_chars": warm.chars}
+        return transitions.warm_text_fields(warm)
     if episode.layer == Layer.COLD and values.keys() & {"headline", "keywords", "entities"}:
-        cold = ColdShape(new("headline"), list(new("keywords")))
-        return {
-            "search_text": index_text(cold_index_text(cold, list(new("entities")))),
-            "packed_chars": cold.chars,
-        }
+        return transitions.cold_text_fields(
+            ColdShape(new("headline"), list(new("keywords"))), list(new("entities"))
+        )
     return {}
 
 

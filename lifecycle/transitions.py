@@ -69,6 +69,17 @@ def _write(episode: Episode, expected_layer: str, fields: Mapping[str, Any]) -> 
     return bool(updated)
 
 
+def warm_text_fields(warm: WarmShape) -> dict[str, Any]:
+    """What full text reads of a warm episode (its shape's text) and its packed size."""
+    return {"search_text": index_text(warm.text())[:SEARCH_TEXT_LIMIT], "packed_chars": warm.chars}
+
+
+def cold_text_fields(cold: ColdShape, entities: list[str]) -> dict[str, Any]:
+    """What full text reads of a cold episode (its shape plus the entities every layer keeps) and
+    its packed size."""
+    return {"search_text": index_text(cold_index_text(cold, entities)), "packed_chars": cold.chars}
+
+
 def write_if_unchanged(episode: Episode, expected_layer: str, **fields: Any) -> bool:
     """The optimistic write of a change that keeps the layer (a state, the warm gradient)."""
     if "layer" in fields:
@@ -153,8 +164,7 @@ def demote_to_warm(episode: Episode, warm: WarmShape, *, move: Move, reason: str
             "key_points": warm.key_points,
             "entities": warm.entities,
             "decisions": warm.decisions,
-            "search_text": index_text(warm.text())[:SEARCH_TEXT_LIMIT],
-            "packed_chars": warm.chars,
+            **warm_text_fields(warm),
             # Redis still holds its documents until the removal after commit succeeds.
             "needs_reindex": True,
         }
@@ -194,8 +204,7 @@ def demote_to_cold(episode: Episode, cold: ColdShape, *, move: Move) -> bool:
             "layer": Layer.COLD,
             "headline": packed.headline,
             "keywords": packed.tags,
-            "search_text": index_text(cold_index_text(packed, list(episode.entities))),
-            "packed_chars": packed.chars,
+            **cold_text_fields(packed, list(episode.entities)),
         }
         if not _write(episode, Layer.WARM, fields):
             return False

@@ -206,7 +206,7 @@ def text_search(
                 f"{rank}(t.window_vector, q.query) AS rank FROM {query} q, {TURNS} t "
                 f"JOIN {EPISODES} e ON e.id = t.episode_id WHERE q.query IS NOT NULL AND t.packed "
                 f"AND t.tenant_id = %s AND t.window_vector @@ q.query AND {where} LIMIT %s) s "
-                f"ORDER BY s.rank DESC LIMIT %s)"
+                f"ORDER BY s.rank DESC, s.id LIMIT %s)"
             )
             args.extend([text, tenant_id, *params, cap, k])
     # The episodes' own text: all words; the broad pass only where their shapes are searched.
@@ -215,12 +215,14 @@ def text_search(
         parts.append(
             f"(SELECT {order} AS pass, c.id, NULL::bigint, {rank}(c.search_vector, q.query) AS rank "
             f"FROM {query} q, LATERAL (SELECT e.id, e.search_vector FROM {EPISODES} e WHERE q.query IS NOT NULL "
-            f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY rank DESC LIMIT %s)"
+            f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY rank DESC, c.id LIMIT %s)"
         )
         args.extend([text, *params, cap, k])
     rows = db.fetch(" UNION ALL ".join(parts), args)
     # All-words turn matches first (a turn is where a question's words are), then the broad pass,
-    # then the shapes'; each thing once, at its first place.
+    # then the shapes'; each thing once, at its first place. Equal ranks go by id (each statement
+    # orders by it too): the same memory, exported and imported, ranks the same, whatever order
+    # the rows have on disk.
     rows.sort(key=lambda r: (r[0], -float(r[3])))
     hits: list[ArchiveHit] = []
     seen: set[tuple[int, int | None]] = set()
