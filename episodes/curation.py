@@ -106,13 +106,3 @@ def link_create(*, tenant: Tenant, src_id: int, dst_id: int, kind: str, now: dat
                 last_linked_at=now, version=F("version") + 1
             )
     return link, created
-
-
-def link_delete(*, tenant: Tenant, src_id: int, dst_id: int, kind: str | None) -> int:
-    with transaction.atomic():
-        episode_for_update(tenant, src_id)
-        qs = Link.objects.filter(tenant=tenant, src_id=src_id, dst_id=dst_id)
-        if kind:
-            qs = qs.filter(kind=kind)
-        deleted, _ = qs.delete()
-    return deleted

@@ -149,10 +149,10 @@ def purge_forgotten(
             failed.append((episode.pk, exc))
             continue
         with transaction.atomic():
+            # What outlives the episode: its shape, nothing it said or whose it was (no title, no
+            # owner), so an erasure of a person never has to look for it.
             note = {
-                "title": episode.title,
                 "kind": episode.kind,
-                "session_id": episode.session_id,
                 "layer": episode.layer,
                 "turn_count": episode.turn_count,
                 "forgotten_at": episode.forgotten_at,

@@ -109,6 +109,10 @@ def _undo(entry: JournalEntry, episode: Episode) -> None:
     _delete_turns(episode, after.get("turns_created", []))
     for src, dst, kind in after.get("links_created", []):
         Link.objects.filter(tenant=entry.tenant, src_id=src, dst_id=dst, kind=kind).delete()
+    for src, dst, kind, created_at in after.get("links_deleted", []):
+        Link.objects.get_or_create(
+            tenant=entry.tenant, src_id=src, dst_id=dst, kind=kind, defaults={"created_at": created_at}
+        )
     reopened = list(after.get("withdrawn_candidates", []))
     candidate_id = after.get("candidate_id")
     if candidate_id is not None:

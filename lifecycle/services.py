@@ -20,7 +20,7 @@ from django.db.models import F, Field
 from episodes import services as episode_services
 from episodes.curation import episode_for_update
 from episodes.language import language_of
-from episodes.models import Episode, Layer
+from episodes.models import Episode, Layer, Link
 from episodes.services import (
     ConflictError,
     EpisodeNotFound,
@@ -58,6 +58,7 @@ __all__ = [
     "episode_restore",
     "episode_unpack",
     "feedback_review",
+    "link_remove",
     "forget_apply",
     "forget_journaled",
     "forget_select",
@@ -253,6 +254,32 @@ def episode_edit(
             transaction.on_commit(lambda: sync_episode(tenant.pk, episode.pk))
     episode.refresh_from_db()
     return episode
+
+
+def link_remove(
+    *, tenant: Tenant, src_id: int, dst_id: int, kind: str | None, now: datetime, actor: str
+) -> int:
+    """Remove the links from ``src_id`` to ``dst_id`` (of ``kind``, or of every kind), journaled
+    ("unlink", the links in its after) so that a rollback puts them back. Returns how many went;
+    raises EpisodeNotFound when the source is gone or forgotten."""
+    with transaction.atomic():
+        source = episode_for_update(tenant, src_id)
+        links = Link.objects.filter(tenant=tenant, src_id=src_id, dst_id=dst_id)
+        if kind:
+            links = links.filter(kind=kind)
+        removed = [list(row) for row in links.values_list("src_id", "dst_id", "kind", "created_at")]
+        if removed:
+            links.delete()
+            journal_record(
+                tenant=tenant,
+                episode=source,
+                action="unlink",
+                before={},
+                after={"links_deleted": removed},
+                now=now,
+                actor=actor,
+            )
+    return len(removed)
 
 
 def policy_save(*, policy: MemoryPolicy, now: datetime, actor: str) -> PolicyChange | None:

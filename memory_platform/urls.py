@@ -7,7 +7,6 @@ from memory_platform.api.views import WhoAmIView
 
 api_v1 = [
     path("whoami", WhoAmIView.as_view(), name="whoami"),
-    path("", include("episodes.api.urls")),
     path("", include("retrieval.api.urls")),
     path("", include("lifecycle.api.urls")),
 ]

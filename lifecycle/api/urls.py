@@ -8,6 +8,7 @@ urlpatterns = [
     path("memories", views.MemoriesView.as_view(), name="memories"),
     path("turns", views.TurnsView.as_view(), name="turns"),
     path("memories/<memory:episode_id>/anchor", views.MemoryAnchorView.as_view(), name="memory-anchor"),
+    path("memories/<memory:episode_id>/links", views.MemoryLinksView.as_view(), name="memory-links"),
     path("memories/<memory:episode_id>/restore", views.MemoryRestoreView.as_view(), name="memory-restore"),
     path("forget", views.ForgetView.as_view(), name="forget"),
     path("stats", views.StatsView.as_view(), name="stats"),

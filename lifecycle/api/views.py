@@ -14,7 +14,7 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from episodes import public_ids
+from episodes import curation, public_ids
 from episodes import selectors as episode_selectors
 from episodes import services as episode_services
 from episodes.api import serializers as episode_serializers
@@ -325,3 +325,57 @@ class PolicyPreviewView(TenantAPIView):
         except services.TickBusy as exc:
             raise Conflict(str(exc)) from None
         return Response({"fields": sorted(fields), **preview})
+
+
+class MemoryLinksView(TenantAPIView):
+    required_scope = "write"
+    delete_takes_body = True  # which link: {"target_id", "kind"}
+
+    @extend_schema(
+        request=episode_serializers.LinkInSerializer, responses={201: dict}, summary="Link two memories"
+    )
+    def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
+        serializer = episode_serializers.LinkInSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        d = serializer.validated_data
+        source, target = named(self.tenant, episode_id), named(self.tenant, d["target_id"])
+        if source.pk == target.pk:
+            raise Conflict("a memory cannot link to itself")
+        try:
+            link, created = curation.link_create(
+                tenant=self.tenant, src_id=source.pk, dst_id=target.pk, kind=d["kind"], now=timezone.now()
+            )
+        except episode_services.EpisodeNotFound as exc:  # forgotten
+            raise not_found(d["target_id"] if exc.args[0] == target.pk else episode_id) from None
+        body = {
+            "source_id": source.public_id,
+            "target_id": target.public_id,
+            "kind": link.kind,
+            "created": created,
+        }
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(
+        request=episode_serializers.LinkDeleteSerializer,
+        responses={200: dict},
+        summary="Remove a link (journaled: a rollback puts it back)",
+    )
+    def delete(self, request: Request, episode_id: public_ids.Reference) -> Response:
+        serializer = episode_serializers.LinkDeleteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        d = serializer.validated_data
+        source, target = named(self.tenant, episode_id), named(self.tenant, d["target_id"])
+        try:
+            deleted = services.link_remove(
+                tenant=self.tenant,
+                src_id=source.pk,
+                dst_id=target.pk,
+                kind=d.get("kind"),
+                now=timezone.now(),
+                actor=f"api:{self.api_key.prefix}",
+            )
+        except episode_services.EpisodeNotFound:
+            raise not_found(episode_id) from None
+        if not deleted:
+            raise NotFound("no such link")
+        return Response({"deleted": deleted})

@@ -114,6 +114,25 @@ def test_api_delete_is_journaled_and_rolls_back(caller, outsider):
     assert public_id in found(caller, "peanuts allergy")
 
 
+def test_an_api_link_removal_is_journaled_and_rolls_back(caller, outsider):
+    a, b = remember(caller, "The offsite is in Lisbon."), remember(caller, "Flights to Lisbon are booked.")
+    for kind in ("related", "references"):
+        made = caller.post(f"/api/v1/memories/{a}/links", {"target_id": b, "kind": kind})
+        assert made.status_code == 201, made.json()
+    before = picture(pk(a))
+    assert len(before["links"]) == 2
+
+    assert outsider.delete(f"/api/v1/memories/{a}/links", {"target_id": b}).status_code == 404
+    response = caller.delete(f"/api/v1/memories/{a}/links", {"target_id": b})
+    assert response.status_code == 200 and response.json() == {"deleted": 2}
+    assert picture(pk(a))["links"] == []
+    entry = journaled(pk(a), "unlink")
+    assert entry.actor == f"api:{caller.key.prefix}"
+
+    roll_back(entry)
+    assert picture(pk(a))["links"] == before["links"]
+
+
 def test_forget_by_filter_is_journaled_per_episode_and_rolls_back(caller, outsider):
     tea = remember(caller, "Alice prefers green tea.", tags=["drinks"])
     coffee = remember(caller, "Bob drinks his coffee black.", tags=["drinks"])
