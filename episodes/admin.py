@@ -3,9 +3,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db import transaction
+from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 
-from memory_platform.admin_base import ReadOnlyAdmin, ReadOnlyInline
+from memory_platform.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_actor
+from memory_platform.tenancy.audit import FORGET_USER_LIFTED, audit_record
 
 from .models import ForgottenUser, Link, Turn
 
@@ -73,3 +77,20 @@ class ForgottenUserAdmin(ReadOnlyAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return bool(request.user.has_perm("episodes.delete_forgottenuser"))
+
+    def delete_model(self, request: HttpRequest, obj: ForgottenUser) -> None:
+        self.delete_queryset(request, ForgottenUser.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ForgottenUser]) -> None:
+        """Lifting a tombstone is audited: who let which (hashed) user_id write again, and when."""
+        now = timezone.now()
+        with transaction.atomic():
+            for tombstone in queryset.select_related("tenant"):
+                audit_record(
+                    tenant=tombstone.tenant,
+                    action=FORGET_USER_LIFTED,
+                    actor=admin_actor(request),
+                    now=now,
+                    user_hash=tombstone.user_hash,
+                )
+            queryset.delete()

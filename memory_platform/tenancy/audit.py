@@ -23,8 +23,12 @@ EXPORT = "export"
 IMPORT = "import"
 ERASURE = "erasure"
 FORGET_USER = "forget_user"
+#: An operator deleted a tombstone (``episodes.ForgottenUser``): that user_id may write again.
+FORGET_USER_LIFTED = "forget_user_lifted"
 
-ACTIONS = frozenset({KEY_CREATED, KEY_ROTATED, KEY_REVOKED, EXPORT, IMPORT, ERASURE, FORGET_USER})
+ACTIONS = frozenset(
+    {KEY_CREATED, KEY_ROTATED, KEY_REVOKED, EXPORT, IMPORT, ERASURE, FORGET_USER, FORGET_USER_LIFTED}
+)
 
 #: The counter of authenticated requests, labelled with the key's prefix.
 KEY_USES = "key_uses"

@@ -491,6 +491,23 @@ def test_forgetting_a_user_erases_them_only_and_keeps_them_out(source):
     assert "u1" not in json.dumps(list(ForgottenUser.objects.values()), default=str)
 
 
+def test_an_operator_lifts_a_tombstone_and_it_is_audited(source, admin_client):
+    confirm = source.post("/api/v1/forget", {"user_id": "u1", "erase": True}).json()["confirm"]
+    assert (
+        source.post("/api/v1/forget", {"user_id": "u1", "erase": True, "confirm": confirm}).status_code == 200
+    )
+    tombstone = ForgottenUser.objects.get(tenant=source.tenant)
+    response = admin_client.post(
+        "/admin/episodes/forgottenuser/",
+        {"action": "delete_selected", "_selected_action": [tombstone.pk], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert not ForgottenUser.objects.filter(tenant=source.tenant).exists()
+    event = AuditEvent.objects.get(tenant=source.tenant, action="forget_user_lifted")
+    assert event.actor.startswith("admin:") and event.detail == {"user_hash": tombstone.user_hash}
+    assert source.post("/api/v1/memories", {"text": "back again", "user_id": "u1"}).status_code == 201
+
+
 def test_forget_user_erase_needs_admin_and_only_a_user(source, caller):
     assert caller.post("/api/v1/forget", {"user_id": "u1", "erase": True}).status_code == 403
     response = source.post("/api/v1/forget", {"user_id": "u1", "kind": "fact", "erase": True})
