@@ -141,10 +141,19 @@ def test_round_trip_finds_the_same_episodes_with_the_same_shapes(source, target)
     assert records[-1] == {"type": "end", "counts": records[-1]["counts"]}
     assert records[-1]["counts"]["episode"] == 4
 
+    # The source holds the same public ids: importing them into another tenant touches nothing of it.
+    source_rows = list(
+        Episode.objects.filter(tenant=source.tenant).order_by("pk").values_list("pk", "version")
+    )
     response = import_(target, body)
     assert response.status_code == 200, response.json()
     report = response.json()
     assert report["episodes"] == {"created": 4} and report["vectors"] == "kept"
+    assert (
+        list(Episode.objects.filter(tenant=source.tenant).order_by("pk").values_list("pk", "version"))
+        == source_rows
+    )
+    assert not Episode.objects.filter(tenant=target.tenant, pk__in=[pk for pk, _ in source_rows]).exists()
     assert report["policy"].startswith("applied")
     assert rows(target.tenant)["turns"] == rows(source.tenant)["turns"]
     assert rows(target.tenant)["links"] == 1
