@@ -14,10 +14,11 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
 # torch is pinned and installed first: 2.13.0 is a local CPU build here; anything else pulls CUDA.
-$(STAMP): pyproject.toml | $(VENV)/bin/python
+$(STAMP): pyproject.toml clients/python/pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "torch==2.13.0"
 	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ./clients/python
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -52,7 +53,7 @@ lint: install
 	$(VENV)/bin/lint-imports
 
 typecheck: install
-	DEBUG=1 $(VENV)/bin/mypy memory_platform episodes retrieval lifecycle
+	DEBUG=1 $(VENV)/bin/mypy memory_platform episodes retrieval lifecycle clients/python/memory_platform_client
 
 pytest: install browser
 	CHROMIUM="$(CHROMIUM)" $(VENV)/bin/pytest
