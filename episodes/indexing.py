@@ -26,6 +26,11 @@ def _normalise(vector: np.ndarray) -> np.ndarray:
     return vector / norm if norm > 0 else vector
 
 
+def centroid(vectors: Sequence[np.ndarray]) -> np.ndarray:
+    """An episode's embedding: the normalised sum of its turns' vectors."""
+    return _normalise(np.sum(np.stack([np.asarray(v, dtype=np.float32) for v in vectors]), axis=0))
+
+
 def episodes_index_hot(tenant_id: Any, episode_ids: Sequence[int]) -> int:
     """Index the tenant's hot episodes among ``episode_ids`` (and their turns) in Redis from
     Postgres; clear their reindex mark.
@@ -109,8 +114,7 @@ def embed_turns(episode: Episode, turns: list[Turn], *, only_missing: bool = Tru
     for turn, vector in zip(todo, vectors, strict=True):
         turn.embedding = vector
     Turn.objects.bulk_update(todo, ["embedding"])
-    stacked = np.stack([np.asarray(t.embedding, dtype=np.float32) for t in turns if t.embedding is not None])
-    episode.embedding = _normalise(stacked.sum(axis=0))
+    episode.embedding = centroid([t.embedding for t in turns if t.embedding is not None])
     Episode.objects.filter(pk=episode.pk).update(embedding=episode.embedding)
 
 

@@ -160,6 +160,10 @@ def _unqueue(tenant: Tenant, episode_ids: Iterable[int] | None) -> dict[str, int
     queued, results = _queued(tenant, episode_ids)
     OrmQ.objects.filter(pk__in=[row.pk for row in queued]).delete()
     Task.objects.filter(pk__in=[row.pk for row in results]).delete()
+    return _queue_counts(queued, results)
+
+
+def _queue_counts(queued: list[Any], results: list[Any]) -> dict[str, int]:
     return {"queued_tasks": len(queued), "task_results": len(results)}
 
 
@@ -220,15 +224,9 @@ def erase_tenant_data(*, tenant: Tenant, now: datetime, actor: str) -> Receipt:
         "queue": queue,
     }
     receipt.found_after = {
-        "postgres": {
-            _label(m): m._default_manager.filter(tenant=tenant).count()
-            for m in tenant_tables()
-            if _label(m) not in KEPT
-        },
+        "postgres": tenant_holdings(tenant),
         "redis": _hot_counts(tenant),
-        "queue": {
-            k: len(v) for k, v in zip(("queued_tasks", "task_results"), _queued(tenant, None), strict=True)
-        },
+        "queue": _queue_counts(*_queued(tenant, None)),
     }
     audit_record(tenant=tenant, action=ERASURE, actor=actor, now=now, **_audit_detail(receipt))
     return receipt
@@ -286,10 +284,7 @@ def forget_user(*, tenant: Tenant, user_id: str, now: datetime, actor: str) -> R
             "documents": (int(client.exists(*doc_keys)) if doc_keys else 0)
             + len(_user_documents(tenant, user_id)),
         },
-        "queue": {
-            k: len(v)
-            for k, v in zip(("queued_tasks", "task_results"), _queued(tenant, episode_ids), strict=True)
-        },
+        "queue": _queue_counts(*_queued(tenant, episode_ids)),
     }
     audit_record(
         tenant=tenant,

@@ -59,7 +59,7 @@ class ExportView(TenantAPIView):
         audit_record(
             tenant=self.tenant,
             action=EXPORT,
-            actor=f"api:{self.api_key.prefix}",
+            actor=self.actor,
             now=now,
             filters=filters.as_json(),
         )
@@ -114,9 +114,7 @@ class ImportView(TenantAPIView):
         if not body.strip():
             raise ValidationError({"body": ["empty: send the export's JSON lines"]})
         try:
-            report = import_body(
-                tenant=self.tenant, body=body, fmt=fmt, now=timezone.now(), actor=f"api:{self.api_key.prefix}"
-            )
+            report = import_body(tenant=self.tenant, body=body, fmt=fmt, now=timezone.now(), actor=self.actor)
         except FormatError as exc:
             raise ValidationError({"body": [str(exc)]}) from None
         return Response(report.as_json())
@@ -202,6 +200,6 @@ class TenantDataView(TenantAPIView):
             tenant=self.tenant,
             what=erasure.TENANT_DATA,
             token=body.validated_data.get("confirm"),
-            actor=f"api:{self.api_key.prefix}",
+            actor=self.actor,
             holdings=erasure.tenant_holdings(self.tenant),
         )

@@ -158,7 +158,7 @@ class MemoryAnchorView(TenantAPIView):
                 episode_id=named(self.tenant, episode_id).pk,
                 anchor=anchor,
                 now=timezone.now(),
-                actor=f"api:{self.api_key.prefix}",
+                actor=self.actor,
             )
         except episode_services.EpisodeNotFound:
             raise not_found(episode_id) from None
@@ -183,7 +183,7 @@ class MemoryRestoreView(TenantAPIView):
                 tenant=self.tenant,
                 episode_id=named(self.tenant, episode_id).pk,
                 now=timezone.now(),
-                actor=f"api:{self.api_key.prefix}",
+                actor=self.actor,
             )
         except episode_services.EpisodeNotFound:
             raise not_found(episode_id) from None
@@ -218,7 +218,7 @@ class ForgetView(TenantAPIView):
                 tenant=self.tenant,
                 what=f"user:{d['user_id']}",
                 token=d.get("confirm"),
-                actor=f"api:{self.api_key.prefix}",
+                actor=self.actor,
                 holdings=erasure.user_holdings(self.tenant, d["user_id"]),
             )
         now = timezone.now()
@@ -235,9 +235,7 @@ class ForgetView(TenantAPIView):
             tenant=self.tenant, scope=scope, retrievability_below=d.get("retrievability_below"), now=now
         )
         if not d["dry_run"]:
-            ids = services.forget_apply(
-                tenant=self.tenant, episode_ids=ids, now=now, actor=f"api:{self.api_key.prefix}"
-            )
+            ids = services.forget_apply(tenant=self.tenant, episode_ids=ids, now=now, actor=self.actor)
         shown = episode_selectors.public_ids_of(self.tenant, ids)
         return Response({"dry_run": d["dry_run"], "count": len(ids), "ids": [shown[i] for i in ids]})
 
@@ -297,7 +295,7 @@ class PolicyView(TenantAPIView):
     )
     def patch(self, request: Request) -> Response:
         policy, _ = _policy_with(policy_for(self.tenant), request.data)
-        services.policy_save(policy=policy, now=timezone.now(), actor=f"api:{self.api_key.prefix}")
+        services.policy_save(policy=policy, now=timezone.now(), actor=self.actor)
         return Response(s.PolicySerializer(policy).data)
 
 
@@ -372,7 +370,7 @@ class MemoryLinksView(TenantAPIView):
                 dst_id=target.pk,
                 kind=d.get("kind"),
                 now=timezone.now(),
-                actor=f"api:{self.api_key.prefix}",
+                actor=self.actor,
             )
         except episode_services.EpisodeNotFound:
             raise not_found(episode_id) from None

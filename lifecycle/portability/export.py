@@ -18,6 +18,7 @@ from memory_platform import counters
 from memory_platform.embeddings import embedder_for
 from memory_platform.tenancy.models import Tenant
 
+from ..api.serializers import PolicySerializer  # the policy's JSON shape, secrets left out
 from ..journal import to_json
 from ..models import AccessWindow, JournalEntry, policy_for
 from . import records
@@ -65,8 +66,6 @@ def export_lines(
     *, tenant: Tenant, filters: ExportFilter, now: datetime, progress: Progress | None = None
 ) -> Iterator[str]:
     """The tenant's memory in the export format, a line at a time (every query names the tenant)."""
-    from ..api.serializers import PolicySerializer  # the policy's JSON shape, secrets left out
-
     dim = tenant.embedding_dim
     yield _line(
         {

@@ -27,8 +27,10 @@ from memory_platform.conf import memory_settings
 from memory_platform.tenancy.audit import IMPORT, audit_record
 from memory_platform.tenancy.models import Tenant
 
+from ..services import memory_create, turns_ingest
 from . import records
-from .imports import ImportReport, Progress, import_export, json_lines, parse_export
+from .imports import ImportReport, Progress, import_export
+from .reading import json_lines, parse_export
 from .records import FormatError
 
 FORMATS = ("platform", "mem0", "turns")
@@ -146,8 +148,6 @@ def _mem0_memories(tenant: Tenant, body: bytes) -> list[tuple[str, MemoryInput]]
 def _import_memories(
     tenant: Tenant, memories: list[tuple[str, MemoryInput]], now: datetime, progress: Progress | None
 ) -> ImportReport:
-    from ..services import memory_create
-
     report = ImportReport(format="mem0", vectors="embedded by this tenant's embedder")
     held = set(
         Episode.objects.filter(tenant=tenant, metadata__mem0_id__in=[i for i, _ in memories]).values_list(
@@ -234,8 +234,6 @@ def _held_turns(tenant: Tenant, turns: list[TurnInput]) -> set[tuple[Any, ...]]:
 def _import_turns(
     tenant: Tenant, turns: list[TurnInput], now: datetime, progress: Progress | None
 ) -> ImportReport:
-    from ..services import turns_ingest
-
     report = ImportReport(format="turns", vectors="embedded by this tenant's embedder")
     forgotten = set(ForgottenUser.among(tenant, (t.scope.user_id for t in turns)))
     size = int(memory_settings.MAX_BATCH_TURNS)

@@ -46,3 +46,8 @@ class TenantAPIView(APIView):
     def api_key(self) -> ApiKey:
         assert isinstance(self.request.auth, ApiKey)
         return self.request.auth
+
+    @property
+    def actor(self) -> str:
+        """Who the journal and the audit say did a change: the calling key, by its prefix."""
+        return f"api:{self.api_key.prefix}"

@@ -61,7 +61,7 @@ class MemoryDetailView(TenantAPIView):
                 tenant=self.tenant,
                 episode_id=named(self.tenant, episode_id).pk,
                 now=timezone.now(),
-                actor=f"api:{self.api_key.prefix}",
+                actor=self.actor,
             )
         except EpisodeNotFound:
             raise not_found(episode_id) from None

@@ -10,7 +10,9 @@ from episodes.models import Episode, Layer, State, Turn
 from episodes.scope import Scope
 from episodes.services import MemoryInput, TurnInput
 from episodes.stores.hot import hot_store
+from lifecycle.models import Candidate
 from lifecycle.services import memory_create, turns_ingest
+from lifecycle.tick import tick_run
 from tests.conftest import unit_vectors
 
 # Before the wall clock of the machines, so an episode is as old as when it happened (born_at).
@@ -131,3 +133,16 @@ def strict_thresholds(tenant) -> None:
     policy = policy_for(tenant)
     policy.theta_active, policy.theta_delete = 0.5, 0.0
     policy.save(update_fields=["theta_active", "theta_delete"])
+
+
+def merge_proposal(tenant):
+    """Two near-duplicate memories a tick proposes to merge, both back in hot and indexed (to see
+    Redis follow what is done with the proposal); returns the proposal."""
+    strict_thresholds(tenant)
+    near = vectors_near(5, 2, spread=0.05)
+    a = memory(tenant, text="Budget review moved to Friday.", idle_days=40, vector=near[0])
+    b = memory(tenant, text="The budget review is now on Friday.", idle_days=40, vector=near[1])
+    tick_run(tenant=tenant, now=NOW)
+    Episode.objects.filter(pk__in=[a, b]).update(layer=Layer.HOT, needs_reindex=True)
+    tick_run(tenant=tenant, now=NOW, steps=["repair"])
+    return Candidate.objects.get(tenant=tenant, kind="merge")

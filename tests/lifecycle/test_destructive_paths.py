@@ -24,7 +24,13 @@ from lifecycle.services import episode_edit, forget_journaled, purge_forgotten
 from lifecycle.tick import tick_run
 from tests.conftest import pk
 
-from .factories import NOW, assert_consistent, conversation, memory, strict_thresholds, vectors_near
+from .factories import (
+    NOW,
+    assert_consistent,
+    conversation,
+    memory,
+    merge_proposal,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -364,14 +370,7 @@ def test_an_approved_delete_candidate_rolls_back(admin_client, provided):
 
 def test_an_approved_merge_rolls_back_with_its_link(admin_client, provided):
     tenant = provided.tenant
-    strict_thresholds(tenant)
-    near = vectors_near(5, 2, spread=0.05)
-    a = memory(tenant, text="Budget review moved to Friday.", idle_days=40, vector=near[0])
-    b = memory(tenant, text="The budget review is now on Friday.", idle_days=40, vector=near[1])
-    tick_run(tenant=tenant, now=NOW)
-    Episode.objects.filter(pk__in=[a, b]).update(layer=Layer.HOT, needs_reindex=True)
-    tick_run(tenant=tenant, now=NOW, steps=["repair"])  # both hot and indexed, to see Redis follow
-    candidate = Candidate.objects.get(tenant=tenant, kind="merge")
+    candidate = merge_proposal(tenant)
     merged, survivor = candidate.episode_id, candidate.other_id
     assert survivor is not None
     before = {merged: picture(merged), survivor: picture(survivor)}

@@ -15,7 +15,14 @@ from lifecycle.rollback import RollbackError, rollback_journal_entry
 from lifecycle.tick import tick_run
 from retrieval.unpack import unpack
 
-from .factories import NOW, assert_consistent, conversation, memory, strict_thresholds, vectors_near
+from .factories import (
+    NOW,
+    assert_consistent,
+    conversation,
+    memory,
+    merge_proposal,
+    strict_thresholds,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,14 +99,7 @@ def test_rolling_back_an_unpack_packs_it_again(provided):
 
 def test_an_approved_merge_is_soft_and_rolls_back_with_its_link(provided):
     tenant = provided.tenant
-    strict_thresholds(tenant)
-    near = vectors_near(5, 2, spread=0.05)
-    a = memory(tenant, text="Budget review moved to Friday.", idle_days=40, vector=near[0])
-    b = memory(tenant, text="The budget review is now on Friday.", idle_days=40, vector=near[1])
-    tick_run(tenant=tenant, now=NOW)
-    Episode.objects.filter(pk__in=[a, b]).update(layer=Layer.HOT, needs_reindex=True)
-    tick_run(tenant=tenant, now=NOW, steps=["repair"])  # both hot and indexed, to see Redis follow
-    candidate = Candidate.objects.get(tenant=tenant, kind="merge")
+    candidate = merge_proposal(tenant)
     merged, survivor = candidate.episode_id, candidate.other_id
     before = state(merged)
 

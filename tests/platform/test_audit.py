@@ -51,6 +51,12 @@ def whoami(secret: str, client) -> int:
 
 
 # --- who and when ---------------------------------------------------------------------------------
+def add_key_in_console(admin_client, tenant):
+    """A read key called "ci" made on the console's add page; the page that shows its secret."""
+    fields = {"name": "ci", "tenant": tenant.pk, "scopes": "read", "expiry_date_0": "", "expiry_date_1": ""}
+    return admin_client.post("/admin/tenancy/apikey/add/", fields, follow=True)
+
+
 def test_the_services_record_create_rotate_and_revoke_with_who_and_when(caller, outsider):
     created = AuditEvent.objects.get(tenant=caller.tenant)
     assert (created.action, created.actor) == (KEY_CREATED, "service")
@@ -115,17 +121,7 @@ def test_the_command_records_its_changes_as_cli(caller):
 
 def test_the_console_records_its_changes_with_the_user(admin_client, caller):
     before = timezone.now()
-    added = admin_client.post(
-        "/admin/tenancy/apikey/add/",
-        {
-            "name": "ci",
-            "tenant": caller.tenant.pk,
-            "scopes": "read",
-            "expiry_date_0": "",
-            "expiry_date_1": "",
-        },
-        follow=True,
-    )
+    added = add_key_in_console(admin_client, caller.tenant)
     assert len(secrets_in(added.content.decode())) == 1
     made = ApiKey.objects.get(tenant=caller.tenant, name="ci")
     chosen = {"action": "rotate_keys", "_selected_action": [made.pk], "grace": "60"}
@@ -260,17 +256,7 @@ def test_no_api_key_appears_in_any_log(every_log_record, admin_client, client, c
     secrets.append(wrong)
     assert whoami(wrong, client) == 401
 
-    added = admin_client.post(
-        "/admin/tenancy/apikey/add/",
-        {
-            "name": "ci",
-            "tenant": caller.tenant.pk,
-            "scopes": "read",
-            "expiry_date_0": "",
-            "expiry_date_1": "",
-        },
-        follow=True,
-    )
+    added = add_key_in_console(admin_client, caller.tenant)
     secrets += secrets_in(added.content.decode())
     rotated = admin_client.post(
         "/admin/tenancy/apikey/",

@@ -1,36 +1,31 @@
-"""Data rights (issue 19): export, import (this platform's, mem0's, plain turns) and erasure."""
+"""Export and import (issue 19): the round trip, importing twice and over existing data, bad
+input, and moving in from mem0 and plain turns."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
-from episodes.models import Episode, ForgottenUser, Layer, Link, Turn
-from episodes.scope import Scope
-from episodes.services import MemoryInput, TurnInput
+from episodes.models import Episode, Layer, Turn
 from episodes.stores import keys
 from episodes.stores.hot import hot_store
-from lifecycle import erasure
-from lifecycle.models import JournalEntry, TickRun
+from lifecycle.models import JournalEntry
 from lifecycle.rollback import RollbackError, rollback_journal_entry
-from lifecycle.services import episode_pack, episode_pin, memory_create, turns_ingest
-from lifecycle.tick import tick_run
+from lifecycle.services import episode_pack
 from memory_platform.embeddings import embedder_for
-from memory_platform.redis_client import get_redis
 from memory_platform.tenancy.models import AuditEvent
 from tests.conftest import Caller
 
-from .factories import TOPICS, assert_consistent
+from .factories import assert_consistent
+from .rights import ADMIN, export, import_, lines, rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ADMIN = ("read", "write", "admin")
-NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 QUERIES = [
     "When is the cello recital?",
     "Who owns the rollback plan for the migration?",
@@ -39,61 +34,6 @@ QUERIES = [
     "grafana dashboards replication lag",
     "youth orchestra",
 ]
-
-
-def build(tenant) -> dict[str, int]:
-    """A history: three conversations of two users at different ages, a memory, a link, a pin,
-    then a tick at NOW that packs the old ones."""
-    ids = {}
-    for i, texts in enumerate(TOPICS):
-        at = NOW - timedelta(days=200 - 90 * i)
-        result = turns_ingest(
-            tenant=tenant,
-            turns=[
-                TurnInput(
-                    role="user" if j % 2 == 0 else "assistant",
-                    text=text,
-                    scope=Scope.owner(user_id="u1" if i < 2 else "u2", session_id=f"s{i}"),
-                    occurred_at=at + timedelta(seconds=30 * j),
-                    episode_boundary=j == 0,
-                )
-                for j, text in enumerate(texts)
-            ],
-            now=at,
-        )
-        ids[f"topic{i}"] = result.episode_ids[0]
-    fact = memory_create(
-        tenant=tenant,
-        memory=MemoryInput(
-            text="Alice prefers green tea", kind="preference", scope=Scope.owner(user_id="u2")
-        ),
-        now=NOW - timedelta(days=3),
-    )
-    ids["fact"] = fact.pk
-    Link.objects.create(
-        tenant=tenant, src_id=ids["fact"], dst_id=ids["topic2"], kind="related", created_at=NOW
-    )
-    episode_pin(tenant=tenant, episode_id=ids["topic1"], anchor=True, now=NOW, actor="test")
-    tick_run(tenant=tenant, now=NOW)
-    return ids
-
-
-def export(caller: Caller, **params) -> bytes:
-    response = caller.get("/api/v1/export", params)
-    assert response.status_code == 200, response.content
-    assert response["Content-Type"] == "application/x-ndjson"
-    return b"".join(response.streaming_content)
-
-
-def import_(caller: Caller, body: bytes, **params):
-    query = "&".join(f"{k}={v}" for k, v in params.items())
-    return caller.client.post(
-        f"/api/v1/import{'?' + query if query else ''}", body, content_type="application/x-ndjson"
-    )
-
-
-def lines(body: bytes) -> list[dict]:
-    return [json.loads(line) for line in body.splitlines() if line.strip()]
 
 
 def shape(hit):
@@ -105,28 +45,6 @@ def shape(hit):
     return hit
 
 
-def rows(tenant) -> dict[str, int]:
-    return {
-        "episodes": Episode.objects.filter(tenant=tenant).count(),
-        "turns": Turn.objects.filter(tenant=tenant).count(),
-        "links": Link.objects.filter(tenant=tenant).count(),
-        "journal": JournalEntry.objects.filter(tenant=tenant).count(),
-    }
-
-
-@pytest.fixture
-def source(db) -> Caller:
-    caller = Caller("source", scopes=ADMIN)
-    caller.ids = build(caller.tenant)  # type: ignore[attr-defined]
-    return caller
-
-
-@pytest.fixture
-def target(db) -> Caller:
-    return Caller("target", scopes=ADMIN)
-
-
-# --- export and import: the round trip ---------------------------------------------------------------
 def test_round_trip_finds_the_same_episodes_with_the_same_shapes(source, target):
     layers = set(Episode.objects.filter(tenant=source.tenant).values_list("layer", flat=True))
     assert layers == {"hot", "warm", "cold"}, "the history should span every layer"
@@ -391,150 +309,3 @@ def test_imports_are_audited(source, target):
         )
     )
     assert ("source", "export") in actions and ("target", "import") in actions
-
-
-# --- erasure -----------------------------------------------------------------------------------------
-def redis_holdings(tenant) -> dict[str, int]:
-    client = get_redis()
-    return {
-        "keys": sum(1 for _ in client.scan_iter(match=keys.tenant_pattern(tenant.pk.hex))),
-        "indexes": sum(1 for n in client.execute_command("FT._LIST") if tenant.pk.hex in str(n)),
-    }
-
-
-def queued_for(tenant) -> int:
-    from django_q.models import OrmQ
-
-    return sum(
-        1
-        for row in OrmQ.objects.all()
-        if str(tenant.pk) in json.dumps(row.task.get("kwargs", {}), default=str)
-    )
-
-
-def test_tables_with_a_tenant_column_are_each_erased_or_kept():
-    tables = {m._meta.label_lower for m in erasure.tenant_tables()}
-    assert tables == {m._meta.label_lower for m in erasure.ERASED} | erasure.KEPT
-
-
-def test_tenant_data_erasure_asks_first_then_leaves_nothing(source, outsider):
-    tenant = source.tenant
-    # something waiting in the task queue (no worker runs in the tests)
-    queued = source.post(
-        "/api/v1/turns",
-        {"session_id": "late", "async": True, "turns": [{"role": "user", "text": "late words"}]},
-    )
-    assert queued.status_code == 201 and queued.json()["queued"]
-    assert queued_for(tenant) >= 1
-    other = rows(outsider.tenant)
-    outsider.post("/api/v1/memories", {"text": "the outsider keeps this"})
-
-    first = source.delete("/api/v1/tenant-data")
-    assert first.status_code == 200, first.json()
-    assert first.json()["will_erase"]["episodes.episode"] == 5
-    assert Episode.objects.filter(tenant=tenant).count() == 5  # nothing changed yet
-    assert source.delete("/api/v1/tenant-data", {"confirm": "forged"}).status_code == 409
-    assert outsider.delete("/api/v1/tenant-data", {"confirm": first.json()["confirm"]}).status_code == 403
-
-    second = source.delete("/api/v1/tenant-data", {"confirm": first.json()["confirm"]})
-    assert second.status_code == 200, second.json()
-    receipt = second.json()
-    assert receipt["verification"]["clean"] is True
-    assert receipt["removed"]["postgres"]["episodes.episode"] == 5
-    assert receipt["removed"]["redis"]["documents"] > 0
-    assert receipt["removed"]["queue"]["queued_tasks"] >= 1
-    # our own scan, every table with a tenant column
-    for model in erasure.tenant_tables():
-        if model._meta.label_lower not in erasure.KEPT:
-            assert not model._default_manager.filter(tenant=tenant).exists(), model
-    assert redis_holdings(tenant) == {"keys": 0, "indexes": 0}
-    assert queued_for(tenant) == 0
-    assert not get_redis().exists(f"mp:metrics:{tenant.pk}")
-    # the tenant, its policy and keys stay, and it works on
-    assert source.get("/api/v1/policy").status_code == 200
-    assert source.post("/api/v1/memories", {"text": "a fresh start"}).status_code == 201
-    assert AuditEvent.objects.filter(tenant=tenant, action="erasure").count() == 1
-    # the outsider is untouched
-    assert rows(outsider.tenant)["episodes"] == other["episodes"] + 1
-    assert outsider.post("/api/v1/search", {"query": "outsider keeps"}).json()["results"]
-
-
-def test_forgetting_a_user_erases_them_only_and_keeps_them_out(source):
-    tenant = source.tenant
-    u1 = set(Episode.objects.filter(tenant=tenant, user_id="u1").values_list("pk", flat=True))
-    u2 = list(
-        Episode.objects.filter(tenant=tenant, user_id="u2").order_by("pk").values("pk", "version", "layer")
-    )
-    assert u1 and u2
-    first = source.post("/api/v1/forget", {"user_id": "u1", "erase": True})
-    assert first.status_code == 200, first.json()
-    assert first.json()["will_erase"]["episodes"] == len(u1)
-    assert Episode.objects.filter(pk__in=u1).count() == len(u1)
-
-    second = source.post(
-        "/api/v1/forget", {"user_id": "u1", "erase": True, "confirm": first.json()["confirm"]}
-    )
-    assert second.status_code == 200, second.json()
-    assert second.json()["verification"]["clean"] is True
-    assert not Episode.objects.filter(pk__in=u1).exists()
-    assert not Turn.objects.filter(tenant=tenant, user_id="u1").exists()
-    assert not JournalEntry.objects.filter(episode_id_value__in=u1).exists()
-    store = hot_store()
-    assert not (store.episode_ids(tenant.pk.hex) & u1)
-    assert (
-        list(
-            Episode.objects.filter(tenant=tenant, user_id="u2")
-            .order_by("pk")
-            .values("pk", "version", "layer")
-        )
-        == u2
-    )
-    # a retried write cannot bring u1 back; u2 writes on
-    again = source.post(
-        "/api/v1/turns", {"user_id": "u1", "session_id": "s9", "turns": [{"role": "user", "text": "hi"}]}
-    )
-    assert again.status_code == 410, again.json()
-    assert source.post("/api/v1/memories", {"text": "x", "user_id": "u1"}).status_code == 410
-    assert source.post("/api/v1/memories", {"text": "y", "user_id": "u2"}).status_code == 201
-    assert ForgottenUser.objects.filter(tenant=tenant).count() == 1
-    assert "u1" not in json.dumps(list(ForgottenUser.objects.values()), default=str)
-
-
-def test_an_operator_lifts_a_tombstone_and_it_is_audited(source, admin_client):
-    confirm = source.post("/api/v1/forget", {"user_id": "u1", "erase": True}).json()["confirm"]
-    assert (
-        source.post("/api/v1/forget", {"user_id": "u1", "erase": True, "confirm": confirm}).status_code == 200
-    )
-    tombstone = ForgottenUser.objects.get(tenant=source.tenant)
-    response = admin_client.post(
-        "/admin/episodes/forgottenuser/",
-        {"action": "delete_selected", "_selected_action": [tombstone.pk], "post": "yes"},
-    )
-    assert response.status_code == 302
-    assert not ForgottenUser.objects.filter(tenant=source.tenant).exists()
-    event = AuditEvent.objects.get(tenant=source.tenant, action="forget_user_lifted")
-    assert event.actor.startswith("admin:") and event.detail == {"user_hash": tombstone.user_hash}
-    assert source.post("/api/v1/memories", {"text": "back again", "user_id": "u1"}).status_code == 201
-
-
-def test_forget_user_erase_needs_admin_and_only_a_user(source, caller):
-    assert caller.post("/api/v1/forget", {"user_id": "u1", "erase": True}).status_code == 403
-    response = source.post("/api/v1/forget", {"user_id": "u1", "kind": "fact", "erase": True})
-    assert response.status_code == 400
-    assert source.post("/api/v1/forget", {"erase": True}).status_code == 400
-
-
-def test_erasure_is_refused_whole_when_redis_is_down(source, monkeypatch):
-    from redis.exceptions import ConnectionError as RedisConnectionError
-
-    first = source.delete("/api/v1/tenant-data").json()["confirm"]
-    before = rows(source.tenant)
-
-    def down(*args, **kwargs):
-        raise RedisConnectionError("Connection refused")
-
-    monkeypatch.setattr(type(hot_store()), "drop_tenant", down)
-    response = source.delete("/api/v1/tenant-data", {"confirm": first})
-    assert response.status_code == 503, response.json()
-    assert rows(source.tenant) == before
-    assert TickRun.objects.filter(tenant=source.tenant).exists()
