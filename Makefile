@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "torch==2.13.0"
 	$(PY) -m pip install --quiet -e ".[dev]"
-	$(PY) -m pip install --quiet -e ./clients/python
+	$(PY) -m pip install --quiet -e "./clients/python[langgraph]"
 	touch $(STAMP)
 
 install: $(STAMP)

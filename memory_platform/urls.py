@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from memory_platform.api import health
 from memory_platform.api.views import WhoAmIView
+from memory_platform.mcp.endpoint import McpView
 
 api_v1 = [
     path("whoami", WhoAmIView.as_view(), name="whoami"),
@@ -19,6 +20,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),  # type: ignore[arg-type]
+    path("mcp", McpView.as_view(), name="mcp"),
 ]
 
 handler400 = "memory_platform.api.errors.handler400"

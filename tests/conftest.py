@@ -56,6 +56,25 @@ def _clean_redis():
     yield
 
 
+def manage_py_environment(**extra: str) -> dict[str, str]:
+    """The environment of a ``manage.py`` process on this suite's servers and test database."""
+    import os
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    db = connection.settings_dict
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "DJANGO_"))}
+    environ.update(
+        DEBUG="1",
+        MEMORY_VAR_DIR=str(settings.VAR_DIR),
+        DATABASE_URL=f"postgres://{db['USER']}@{quote(db['HOST'], safe='')}:{db['PORT'] or 5432}/{db['NAME']}",
+        REDIS_URL=settings.REDIS_URL,
+        **extra,
+    )
+    return environ
+
+
 class Caller:
     """A tenant with a key and an API client that sends it."""
 

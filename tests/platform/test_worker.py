@@ -10,11 +10,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-from django.conf import settings
-from django.db import connection
+
+from tests.conftest import manage_py_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,15 +33,7 @@ def test_the_worker_runs_queued_tasks_from_postgres_and_stops_on_sigterm():
     from django_q.models import Success
     from django_q.tasks import async_task
 
-    db = connection.settings_dict
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "DJANGO_"))}
-    environ.update(
-        DEBUG="1",
-        MEMORY_VAR_DIR=str(settings.VAR_DIR),
-        DATABASE_URL=f"postgres://{db['USER']}@{quote(db['HOST'], safe='')}:{db['PORT'] or 5432}/{db['NAME']}",
-        REDIS_URL=settings.REDIS_URL,
-        MEMORY_WORKERS="1",
-    )
+    environ = manage_py_environment(MEMORY_WORKERS="1")
     worker = subprocess.Popen(
         [sys.executable, "manage.py", "qcluster"],
         cwd=ROOT,
