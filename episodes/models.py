@@ -8,7 +8,7 @@ from typing import Self
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
@@ -17,7 +17,7 @@ from memory_platform.conf import DEFAULTS
 from memory_platform.tenancy.models import Tenant
 
 from . import public_ids
-from .language import TEXT_CONFIG, Language
+from .language import Language
 
 EMBEDDING_DIM = int(DEFAULTS["EMBEDDING_DIM"])
 
@@ -124,10 +124,12 @@ class Episode(models.Model):
         default="",
         help_text="the text of the current layer's shape, as full text reads it (``language.index_text``)",
     )
-    search_vector = models.GeneratedField(
-        expression=SearchVector("search_text", config=TEXT_CONFIG),
-        output_field=SearchVectorField(),
-        db_persist=True,
+    # Computed from search_text (``to_tsvector`` in ``TEXT_CONFIG``) by the trigger
+    # episode_search_vector on every insert and every write of search_text: whatever Django sends
+    # for it is replaced. A trigger rather than a generated column, so that a change of the
+    # analysis re-indexes without rewriting the table under a lock (migration 0017).
+    search_vector = SearchVectorField(
+        null=True, editable=False, help_text="computed from search_text by the trigger episode_search_vector"
     )
     needs_reindex = models.BooleanField(default=False, help_text="the hot index missed a write (Redis down)")
 

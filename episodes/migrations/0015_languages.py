@@ -5,18 +5,17 @@
 - ``Turn.index_text``: the text as full text reads it where it differs (Chinese segmented into
   words); existing Chinese turns get it here.
 - Full text in Postgres reads every row with the ``russian`` configuration (English words by the
-  English stemmer, Russian ones by the Russian stemmer; ``language.TEXT_CONFIG``): the episodes'
-  generated ``search_vector`` gets the new expression in place (``SET EXPRESSION``, which
-  rewrites the table under an exclusive lock: 19.6 s for 44,584 episodes, 249 MB with their
-  indexes, on the 2-core machine; writes to episodes wait that long), and the
-  packed turns' window (migration 0014's trigger) reads ``index_text``. For English text the
-  lexemes are the same as before, so only rows holding Cyrillic or Chinese are written again.
+  English stemmer, Russian ones by the Russian stemmer; ``language.TEXT_CONFIG``): the packed
+  turns' window (migration 0014's trigger) reads ``index_text``. For English text the lexemes are
+  the same as before, so only rows holding Cyrillic or Chinese are written again. The episodes'
+  ``search_vector`` is re-indexed by migration 0017, without a long lock. (This migration first
+  changed its generated expression in place, which rewrote the table under an exclusive lock:
+  19.6 s for 44,584 episodes on the 2-core machine, writes to episodes waiting all along.)
 - ``Turn.search_vector`` goes: nothing has searched it since migration 0014.
 """
 
 import importlib
 
-import django.contrib.postgres.search
 from django.db import migrations, models
 
 BATCH = 1000
@@ -48,31 +47,6 @@ END $$;
 # Reversed: the trigger as migration 0014 wrote it.
 TURN_PACKED_BEFORE = importlib.import_module("episodes.migrations.0014_turn_window_vector").TURN_PACKED
 
-
-def _set_expression(config: str):
-    """The episodes' ``search_vector`` analysed by ``config``: in place on PostgreSQL 17+
-    (``SET EXPRESSION``); on 16, dropped and added again with its two GIN indexes."""
-
-    def run(apps, schema_editor):
-        expression = f"to_tsvector('{config}'::regconfig, COALESCE(search_text, ''))"
-        with schema_editor.connection.cursor() as cursor:
-            if schema_editor.connection.pg_version >= 170000:
-                cursor.execute(
-                    f"ALTER TABLE episodes_episode ALTER COLUMN search_vector SET EXPRESSION AS ({expression})"
-                )
-                return
-            cursor.execute("ALTER TABLE episodes_episode DROP COLUMN search_vector")
-            cursor.execute(
-                "ALTER TABLE episodes_episode ADD COLUMN search_vector tsvector "
-                f"GENERATED ALWAYS AS ({expression}) STORED"
-            )
-            cursor.execute("CREATE INDEX episode_search_vector ON episodes_episode USING gin (search_vector)")
-            cursor.execute(
-                "CREATE INDEX episode_packed_search_vector ON episodes_episode USING gin (search_vector) "
-                "WITH (fastupdate = off) WHERE layer IN ('warm', 'cold')"
-            )
-
-    return run
 
 
 def read_existing(apps, schema_editor):
@@ -148,24 +122,6 @@ class Migration(migrations.Migration):
                 default="",
                 help_text="the text of the current layer's shape, as full text reads it (``language.index_text``)",
             ),
-        ),
-        migrations.SeparateDatabaseAndState(
-            state_operations=[
-                migrations.AlterField(
-                    model_name="episode",
-                    name="search_vector",
-                    field=models.GeneratedField(
-                        db_persist=True,
-                        expression=django.contrib.postgres.search.SearchVector(
-                            "search_text", config="russian"
-                        ),
-                        output_field=django.contrib.postgres.search.SearchVectorField(),
-                    ),
-                ),
-            ],
-            database_operations=[
-                migrations.RunPython(_set_expression("russian"), _set_expression("english"))
-            ],
         ),
         migrations.RunSQL(TURN_PACKED, TURN_PACKED_BEFORE),
         migrations.RunPython(read_existing, migrations.RunPython.noop),
