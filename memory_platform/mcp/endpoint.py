@@ -31,7 +31,8 @@ from .tools import build_server
 
 # Below gunicorn's 120 s worker timeout: a stuck call is answered, not killed with its worker.
 CALL_TIMEOUT_SECONDS = 100.0
-_PASSED_HEADERS = ("content-length", "transfer-encoding", "connection")
+# Hop-by-hop or recomputed by Django: not copied from the transport's answer.
+_DROPPED_HEADERS = ("content-length", "transfer-encoding", "connection")
 
 
 def _caller(ctx: Context) -> Caller:
@@ -165,6 +166,6 @@ class McpView(TenantAPIView):
         status, headers, body = transport.exchange(_scope(request), request.body)
         response = HttpResponse(body, status=status)
         for name, value in headers:
-            if name.decode("latin-1").lower() not in _PASSED_HEADERS:
+            if name.decode("latin-1").lower() not in _DROPPED_HEADERS:
                 response[name.decode("latin-1")] = value.decode("latin-1")
         return response

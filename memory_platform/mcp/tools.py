@@ -162,21 +162,18 @@ def build_server(caller: Callable[[Context], Caller]) -> MCPServer:
                 "max_tokens": max_tokens,
             }
         )
-        result: dict[str, Any] = await _api(caller(ctx), "POST", "/context", body)
-        return result
+        return await _api(caller(ctx), "POST", "/context", body)
 
     @server.tool(annotations=ToolAnnotations(title="Forget", destructive_hint=True, idempotent_hint=True))
     async def forget(ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
         """Forget one memory: it is no longer found. An operator can restore it during the
         tenant's grace period; after that it is deleted."""
-        result: dict[str, Any] = await _api(caller(ctx), "DELETE", f"/memories/{memory_id}")
-        return result
+        return await _api(caller(ctx), "DELETE", f"/memories/{memory_id}")
 
     @server.tool(annotations=ToolAnnotations(title="Unpack", idempotent_hint=True))
     async def unpack(ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
         """Read a compressed (warm or cold) memory whole: every turn, restored to hot and current
         again. A hot memory is returned as it is."""
-        result: dict[str, Any] = await _api(caller(ctx), "POST", f"/memories/{memory_id}/unpack")
-        return result
+        return await _api(caller(ctx), "POST", f"/memories/{memory_id}/unpack")
 
     return server

@@ -44,38 +44,39 @@ or runs ``batch`` in a thread when the store has none. The operations of a batch
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import operator
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from langgraph.store.base import (
     BaseStore,
     GetOp,
-    InvalidNamespaceError,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
     SearchItem,
     SearchOp,
     get_text_at_path,
-    validate_op_namespace,
 )
 
 from .client import AsyncMemoryClient, MemoryClient
 from .errors import NotFound
+from .langgraph_items import (
+    META,
+    SCOPE_FIELDS,
+    Record,
+    check_op,
+    fixed_prefix,
+    item_tag,
+    matches,
+    matches_condition,
+    namespace_tag,
+    strings_of,
+)
 
-SCOPE_FIELDS = ("user_id", "agent_id", "session_id")
-#: The metadata key that holds an item.
-META = "langgraph"
-#: A memory holds at most 50 tags of at most 100 characters: one per namespace prefix, one the key's.
-TAG_CHARS, MAX_TAGS = 100, 50
 #: The platform's default MAX_TURN_CHARS; a longer text is cut (the value stays whole in metadata).
 TEXT_CHARS = 32_000
 #: The most a page of GET /memories holds, and the most hits POST /search answers.
@@ -101,163 +102,6 @@ _Steps = Generator[list[_Call], list[Any], T]
 def _one(method: str, *args: Any, missing_ok: bool = False, **kwargs: Any) -> _Steps[Any]:
     (answer,) = yield [_Call(method, args, kwargs, missing_ok)]
     return answer
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def namespace_tag(prefix: tuple[str, ...]) -> str:
-    """The tag every item under ``prefix`` holds."""
-    dotted = ".".join(prefix)
-    tag = f"langgraph:ns:{dotted}"
-    return tag if len(tag) <= TAG_CHARS else f"langgraph:ns#{_digest(dotted)}"
-
-
-def item_tag(namespace: tuple[str, ...], key: str) -> str:
-    """The tag of one item (a key may hold any character, so it is always hashed)."""
-    return f"langgraph:item#{_digest(json.dumps([list(namespace), key]))}"
-
-
-@dataclass(frozen=True)
-class _Record:
-    """An item as its memory holds it."""
-
-    memory_id: str
-    namespace: tuple[str, ...]
-    key: str
-    value: dict[str, Any]
-    created_at: datetime
-    updated_at: datetime
-    indexed: bool
-
-    @classmethod
-    def of(cls, memory: Mapping[str, Any]) -> _Record | None:
-        """The item of a memory (as GET /memories shows one); None when the store did not write it."""
-        mine = (memory.get("metadata") or {}).get(META)
-        if not isinstance(mine, dict) or not isinstance(mine.get("value"), dict):
-            return None
-        # The platform's clock: the memory was written when the item was last put.
-        updated = datetime.fromisoformat(memory["first_occurred_at"])
-        created = mine.get("created_at")
-        return cls(
-            memory_id=memory["id"],
-            namespace=tuple(mine["namespace"]),
-            key=str(mine["key"]),
-            value=mine["value"],
-            created_at=datetime.fromisoformat(created) if created else updated,
-            updated_at=updated,
-            indexed=bool(mine.get("indexed", True)),
-        )
-
-    def item(self) -> Item:
-        return Item(
-            value=self.value,
-            key=self.key,
-            namespace=self.namespace,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-        )
-
-    def search_item(self, score: float | None = None) -> SearchItem:
-        return SearchItem(self.namespace, self.key, self.value, self.created_at, self.updated_at, score)
-
-
-# --- filters and match conditions, as LangGraph documents them ----------------------------------------
-def _ordered(compare: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
-    """An ordering that holds between two numbers or two strings only (a missing field is never
-    greater or smaller than anything)."""
-
-    def check(have: Any, want: Any) -> bool:
-        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (have, want))
-        strings = isinstance(have, str) and isinstance(want, str)
-        return (numbers or strings) and compare(have, want)
-
-    return check
-
-
-OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
-    "$eq": operator.eq,
-    "$ne": operator.ne,
-    "$gt": _ordered(operator.gt),
-    "$gte": _ordered(operator.ge),
-    "$lt": _ordered(operator.lt),
-    "$lte": _ordered(operator.le),
-}
-
-
-def _compare(have: Any, want: Any) -> bool:
-    if isinstance(want, dict):
-        if any(k.startswith("$") for k in want):
-            unknown = sorted(set(want) - set(OPERATORS))
-            if unknown:
-                raise ValueError(f"unsupported filter operators {unknown}; use {sorted(OPERATORS)}")
-            return all(OPERATORS[op](have, arg) for op, arg in want.items())
-        return isinstance(have, dict) and all(_compare(have.get(k), v) for k, v in want.items())
-    if isinstance(want, list | tuple):
-        return (
-            isinstance(have, list)
-            and len(have) == len(want)
-            and all(_compare(h, w) for h, w in zip(have, want, strict=True))
-        )
-    return bool(have == want)
-
-
-def matches(value: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
-    """Whether a value passes a search's ``filter``."""
-    return all(_compare(value.get(k), want) for k, want in (filter or {}).items())
-
-
-def _matches_condition(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
-    path = condition.path
-    if len(namespace) < len(path):
-        return False
-    labels = (
-        namespace[: len(path)]
-        if condition.match_type == "prefix"
-        else namespace[len(namespace) - len(path) :]
-    )
-    return all(p in ("*", n) for p, n in zip(path, labels, strict=True))
-
-
-def _fixed_prefix(conditions: Sequence[MatchCondition]) -> tuple[str, ...]:
-    """The longest prefix every namespace the conditions keep starts with (up to a wildcard)."""
-    longest: tuple[str, ...] = ()
-    for condition in conditions:
-        if condition.match_type != "prefix":
-            continue
-        labels = tuple(condition.path)
-        fixed = labels[: labels.index("*")] if "*" in labels else labels
-        longest = max(longest, fixed, key=len)
-    return longest
-
-
-# --- what a put writes ----------------------------------------------------------------------------------
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Mapping):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list | tuple):
-        return [s for v in value for s in _strings(v)]
-    return []
-
-
-def _check(op: Op) -> None:
-    """LangGraph's rules for namespaces (its ``put`` checks more than ``batch`` does), and ours."""
-    validate_op_namespace(op)  # labels: strings, not empty, no dot, no NUL
-    if isinstance(op, PutOp) and op.value is not None:
-        if not op.namespace:
-            raise InvalidNamespaceError("Namespace cannot be empty.")
-        if op.namespace[0] == "langgraph":
-            raise InvalidNamespaceError(
-                f'Root label for namespace cannot be "langgraph". Got: {op.namespace}'
-            )
-    namespace = op.namespace_prefix if isinstance(op, SearchOp) else getattr(op, "namespace", ())
-    if len(namespace) >= MAX_TAGS:
-        raise InvalidNamespaceError(
-            f"a namespace has at most {MAX_TAGS - 1} labels here (a memory's tags name each prefix)"
-        )
 
 
 class MemoryStore(BaseStore):
@@ -307,7 +151,7 @@ class MemoryStore(BaseStore):
             raise RuntimeError("this store has an AsyncMemoryClient only: use its async methods")
         ops = list(ops)
         for op in ops:
-            _check(op)
+            check_op(op)
         return [self._run(self._steps(op)) for op in ops]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -315,7 +159,7 @@ class MemoryStore(BaseStore):
         if self.async_client is None:
             return await asyncio.to_thread(self.batch, ops)
         for op in ops:
-            _check(op)
+            check_op(op)
         return [await self._arun(self._steps(op)) for op in ops]
 
     def close(self) -> None:
@@ -419,7 +263,7 @@ class MemoryStore(BaseStore):
     def _search(self, op: SearchOp) -> _Steps[list[SearchItem]]:
         prefix = op.namespace_prefix
 
-        def keep(r: _Record) -> bool:
+        def keep(r: Record) -> bool:
             return r.namespace[: len(prefix)] == prefix and matches(r.value, op.filter)
 
         wanted = op.offset + op.limit
@@ -433,8 +277,8 @@ class MemoryStore(BaseStore):
     def _list_namespaces(self, op: ListNamespacesOp) -> _Steps[list[tuple[str, ...]]]:
         conditions = op.match_conditions or ()
         records = yield from self._listed(
-            self._filters(_fixed_prefix(conditions)),
-            lambda r: all(_matches_condition(c, r.namespace) for c in conditions),
+            self._filters(fixed_prefix(conditions)),
+            lambda r: all(matches_condition(c, r.namespace) for c in conditions),
         )
         depth = op.max_depth
         namespaces = {r.namespace[:depth] if depth is not None else r.namespace for r in records}
@@ -458,7 +302,7 @@ class MemoryStore(BaseStore):
             return []
         paths = index if index is not None else self.index_fields
         if paths is None:
-            texts = _strings(value) or [json.dumps(value, sort_keys=True, ensure_ascii=False)]
+            texts = strings_of(value) or [json.dumps(value, sort_keys=True, ensure_ascii=False)]
         else:
             texts = [text for path in paths for text in get_text_at_path(value, path)]
         return [text for text in texts if text.strip()]
@@ -466,26 +310,26 @@ class MemoryStore(BaseStore):
     def _listed(
         self,
         filters: dict[str, Any],
-        keep: Callable[[_Record], bool],
+        keep: Callable[[Record], bool],
         *,
         wanted: int | None = None,
         page: int = PAGE,
-    ) -> _Steps[list[_Record]]:
+    ) -> _Steps[list[Record]]:
         """The items of the memories ``filters`` select that ``keep`` keeps, newest first: every one,
         or the first ``wanted``. One call a page."""
-        kept: list[_Record] = []
+        kept: list[Record] = []
         cursor = None
         while wanted is None or len(kept) < wanted:
             listed = yield from _one("list_memories", cursor=cursor, limit=page, **filters)
-            kept.extend(r for m in listed.memories if (r := _Record.of(m.raw)) is not None and keep(r))
+            kept.extend(r for m in listed.memories if (r := Record.of(m.raw)) is not None and keep(r))
             cursor = listed.next_cursor
             if not cursor:
                 break
         return kept if wanted is None else kept[:wanted]
 
     def _found(
-        self, query: str, prefix: tuple[str, ...], keep: Callable[[_Record], bool], wanted: int
-    ) -> _Steps[list[tuple[_Record, float]]]:
+        self, query: str, prefix: tuple[str, ...], keep: Callable[[Record], bool], wanted: int
+    ) -> _Steps[list[tuple[Record, float]]]:
         """The platform's hits for ``query`` under ``prefix`` that ``keep`` keeps, best first, with
         their scores: the first ``wanted``. A hit carries no metadata, so each is read once; when
         ``keep`` leaves too few, the search is asked again for twice as many (at most ``HITS``)."""
@@ -494,7 +338,7 @@ class MemoryStore(BaseStore):
         filters: dict[str, Any] = {"kinds": [self.kind], **self._scope(prefix)}
         if prefix:
             filters["tags"] = [namespace_tag(prefix)]
-        records: dict[str, _Record | None] = {}
+        records: dict[str, Record | None] = {}
         size = min(wanted, HITS)
         while True:
             results = yield from _one("search", query, limit=size, **filters)
@@ -502,7 +346,7 @@ class MemoryStore(BaseStore):
             if new:
                 memories = yield [_Call("get_memory", (memory_id,), missing_ok=True) for memory_id in new]
                 records.update(
-                    (memory_id, _Record.of(m.raw) if m is not None else None)
+                    (memory_id, Record.of(m.raw) if m is not None else None)
                     for memory_id, m in zip(new, memories, strict=True)
                 )
             kept = [
