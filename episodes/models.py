@@ -169,6 +169,9 @@ class Episode(models.Model):
                 condition=_PACKED,
                 fastupdate=False,
             ),
+            # Search's one hop through a shared entity (retrieval.hops); no pending list, as it is
+            # read by searches.
+            GinIndex(fields=["entities"], name="episode_entities", fastupdate=False),
             # What the index repair drains and search checks for staleness: few rows, often none.
             models.Index(
                 fields=["tenant"], name="episode_needs_reindex", condition=models.Q(needs_reindex=True)

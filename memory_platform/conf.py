@@ -53,6 +53,10 @@ DEFAULTS: dict[str, Any] = {
     # A query naming a time ("last May", "in 2022") lifts episodes of that time by up to this
     # share of their score (retrieval.when; 0: off).
     "SEARCH_TIME_BOOST": 0.5,
+    # One hop from a search's best three candidates (shared rare entities, links: retrieval.hops),
+    # each episode reached at this share of its seed's relevance; a request's `hops` overrides.
+    "SEARCH_HOPS": False,
+    "SEARCH_HOP_WEIGHT": 0.5,
     "ACTIVATION_LIMIT": 3,
     # a search hit shows its best matched turns with this many neighbours on each side (a snippet;
     # `depth=deep` shows whole episodes)

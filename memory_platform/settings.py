@@ -341,6 +341,8 @@ _MEMORY_FROM_ENV = {
     "SEARCH_FEEDBACK_DOCS": ("MEMORY_SEARCH_FEEDBACK_DOCS", lambda name: _int(name, 0, minimum=0)),
     "SEARCH_FEEDBACK_WEIGHT": ("MEMORY_SEARCH_FEEDBACK_WEIGHT", _float),
     "SEARCH_TIME_BOOST": ("MEMORY_SEARCH_TIME_BOOST", _float),
+    "SEARCH_HOPS": ("MEMORY_SEARCH_HOPS", lambda name: _bool(name, False)),
+    "SEARCH_HOP_WEIGHT": ("MEMORY_SEARCH_HOP_WEIGHT", _float),
     "SNIPPET_TURNS": ("MEMORY_SNIPPET_TURNS", lambda name: _int(name, 1, minimum=1)),
     "SNIPPET_NEIGHBOURS": ("MEMORY_SNIPPET_NEIGHBOURS", lambda name: _int(name, 1, minimum=0)),
     "SNIPPET_NEIGHBOUR_HITS": ("MEMORY_SNIPPET_NEIGHBOUR_HITS", lambda name: _int(name, 2, minimum=0)),

@@ -35,5 +35,8 @@ class SearchQuery:
     #: no threshold). The similarity is the highest between the query's embedding and any turn of
     #: the hit's episode, whatever its layer: it means the same for every query.
     min_score: float | None = None
+    #: Follow one hop from the best candidates (shared rare entities, links; ``retrieval.hops``);
+    #: ``None``: as the platform does (``MEMORY["SEARCH_HOPS"]``).
+    hops: bool | None = None
     #: Rank by the full-text lists alone (no query vector): how `evaluate` measures the analysers.
     text_only: bool = False

@@ -16,6 +16,7 @@ Ranking reads a few columns of each candidate, and only of those that can still 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -46,6 +47,10 @@ class RetrievalWeights:
     feedback: Feedback
     #: How far a query's time expression lifts the episodes of that time (``time_factor``).
     time: float = 0.0
+    #: Whether search follows one hop from its best candidates (``retrieval.hops``), and the share
+    #: of a seed's relevance an episode reached that way gets.
+    hops: bool = False
+    hop_weight: float = 0.0
 
 
 def platform_weights() -> RetrievalWeights:
@@ -61,6 +66,8 @@ def platform_weights() -> RetrievalWeights:
             weight=float(memory_settings.SEARCH_FEEDBACK_WEIGHT),
         ),
         time=float(memory_settings.SEARCH_TIME_BOOST),
+        hops=bool(memory_settings.SEARCH_HOPS),
+        hop_weight=float(memory_settings.SEARCH_HOP_WEIGHT),
     )
 
 
@@ -96,14 +103,20 @@ MIN_SHARE = 0.01
 
 def interleaved(lists: Sequence[tuple[Sequence[Match], float]]) -> list[Match]:
     """Text lists of several tiers as one. The tiers' text scores are not one scale (BM25 over the
-    hot documents' statistics, ``ts_rank`` in Postgres), but where their matches stand among
-    everything the tenant holds can be estimated: a tier holding a share ``s`` of the tenant's
-    turns puts its r-th match about where the r/s-th would stand had every turn been in one
-    index. Each list comes with its tier's share (at least ``MIN_SHARE``: a tier that holds next
-    to nothing, such as hot episodes not yet indexed, still places its matches); ties keep the
-    lists' order."""
+    hot documents' statistics, ``ts_rank`` in Postgres), so each list is placed by rank and by its
+    tier's share ``s`` of the tenant's turns: its r-th match stands at r / √s.
+
+    Two estimates bound that place. Were relevance spread evenly over the turns, a tier's r-th
+    match would stand about where the r/s-th stands in one index of every turn; but a question
+    has an answer, and where a tier holds it, it is mostly that tier's first match whatever the
+    tier's size, which puts the r-th match of every tier at r. On the development half the even
+    spread (r/s) buried the few hot sessions of an aged tenant under the packed ones (aged episode
+    MRR on hot evidence 0.525, 0.766 all hot), the answer's prior (r) buried packed evidence; the
+    geometric mean of the two lost least (docs/decisions/0032). Each share counts at least
+    ``MIN_SHARE``: a tier that holds next to nothing, such as hot episodes not yet indexed, still
+    places its matches. Ties keep the lists' order."""
     placed = [
-        (rank / max(share, MIN_SHARE), order, rank, match)
+        (rank / math.sqrt(max(share, MIN_SHARE)), order, rank, match)
         for order, (found, share) in enumerate(lists)
         for rank, match in enumerate(found, start=1)
     ]

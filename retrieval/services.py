@@ -33,7 +33,7 @@ from memory_platform import counters, db
 from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
 
-from . import usage, when
+from . import hops, usage, when
 from .query import SearchQuery
 from .ranking import (
     Fusion,
@@ -88,6 +88,8 @@ class SearchResult:
     stale: bool = False
     #: Why the answer is degraded ("" when it is not).
     reason: str = ""
+    #: The hits reached by a hop from another (``retrieval.hops``): a use of them is a traversal.
+    traversed: list[int] = field(default_factory=list)
 
     def ranked_items(self) -> list[tuple[str, int, float]]:
         """The ranked list as the evaluation counts it: one item per matched turn of a hot hit,
@@ -162,6 +164,15 @@ def search(
         tiers = _Tiers(tenant, query, k, weights, hot=False, archive_layers=tuple(layers), missed=[])
         fusion = tiers.fuse(vector, text)
     matched, episode_relevance, explain = fusion.turns, fusion.relevance, fusion.explain
+    follow = weights.hops if query.hops is None else query.hops
+    hopped = hops.one_hop(tenant, episode_relevance, query.scope, weights.hop_weight) if follow else {}
+    for episode_id, hop in hopped.items():
+        episode_relevance[episode_id] = hop.relevance
+        explain[episode_id] = {
+            "source": "hop",
+            "hop": {"via": hop.via, "name": hop.name},
+            "rrf": hop.relevance,
+        }
 
     # Ranking reads a few columns of every candidate; only the hits kept are loaded whole
     # (building model objects for every candidate costs more than the statements).
@@ -188,8 +199,10 @@ def search(
         hits.append(hit)
     if query.min_score is not None:
         hits = _at_least(tenant, hits, vector, query.min_score)
+    traversed = [h.episode.pk for h in hits if h.episode.pk in hopped]
     if query.record_access and hits:
-        record_access(tenant=tenant, episode_ids=[h.episode.pk for h in hits], now=now)
+        accessed = [h.episode.pk for h in hits if h.episode.pk not in hopped]
+        record_access(tenant=tenant, episode_ids=accessed, traversed=traversed, now=now)
     if missed and not degraded:
         refused = hot_store().refusing_writes()
         if refused:
@@ -206,6 +219,7 @@ def search(
         query_vector=vector,
         stale=bool(missed) and not outage,
         reason=reason,
+        traversed=traversed,
     )
 
 
@@ -396,17 +410,19 @@ def search_shaped(
     query: SearchQuery,
     now: datetime,
     may_unpack: bool = True,
-    found: Callable[[list[int]], object] | None = None,
+    found: Callable[[list[int], list[int]], object] | None = None,
     snippet: shapes.Snippet | None = None,
 ) -> dict[str, Any]:
     """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``), in a ``snippet``
     (by default the platform's) unless ``depth=deep``, which shows every hit whole and, when
     ``may_unpack`` (a key with the write scope), unpacks the warm and cold hits (back to hot);
     without it they are read whole where they are. ``found`` is told
-    the hits' internal ids (to record their uses)."""
+    the hits' internal ids (to record their uses): those found by the lists, and those reached by a
+    hop (a traversal)."""
     result = search(tenant=tenant, query=query, now=now)
     if found is not None:
-        found([h.episode.pk for h in result.hits])
+        hopped = set(result.traversed)
+        found([h.episode.pk for h in result.hits if h.episode.pk not in hopped], result.traversed)
     deep = query.depth == "deep"
     if deep and may_unpack:
         for hit in result.hits:

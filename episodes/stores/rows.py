@@ -17,11 +17,11 @@ from typing import Any, NamedTuple
 import numpy as np
 from django.db import connection, transaction
 
-from episodes.models import Episode, State
+from episodes.models import Episode, LinkKind, State
 from memory_platform import db
 from memory_platform.tenancy.models import Tenant
 
-from .tables import EPISODES, TURNS
+from .tables import EPISODES, LINKS, TURNS
 
 
 class RankRow(NamedTuple):
@@ -211,3 +211,48 @@ def merge_neighbours(
             [State.FORGOTTEN, neighbours, tenant.pk, list(episode_ids), threshold],
         )
         return [(int(a), int(b), float(sim)) for a, b, sim in cursor.fetchall()]
+
+
+class Neighbour(NamedTuple):
+    """An episode one hop from a seed: through an entity both name, or a link from the seed."""
+
+    seed: int
+    episode_id: int
+    via: str  # "entity" or "link"
+    name: str  # the entity, or the link's kind
+
+
+def one_hop(
+    tenant: Tenant, seeds: Sequence[int], where: str, params: list[Any], rare: int
+) -> list[Neighbour]:
+    """The tenant's episodes one hop from ``seeds``, within the search's scope (``where`` on ``e``,
+    from ``Scope.sql``): those the seeds link to (a merged copy is not followed), and those sharing
+    one of a seed's first 20 entities when at most ``rare`` other episodes name it (an entity in
+    many episodes, a speaker's name, relates nothing). Each entity is looked up with a limit of
+    ``rare + 1`` rows through the GIN index on entities, so a common one costs that many rows."""
+    if not seeds:
+        return []
+    by_entity = (
+        f"SELECT s.id, n.id, 'entity', x.ent FROM {EPISODES} s, "
+        "LATERAL (SELECT DISTINCT unnest(s.entities[1:20]) AS ent) x, "
+        f"LATERAL (SELECT e.id FROM {EPISODES} e WHERE e.tenant_id = %s AND e.entities @> ARRAY[x.ent] "
+        f"AND e.id <> s.id AND {where} LIMIT %s) n "
+        "WHERE s.tenant_id = %s AND s.id = ANY(%s)"
+    )
+    by_link = (
+        f"SELECT l.src_id, l.dst_id, 'link', l.kind FROM {LINKS} l JOIN {EPISODES} e ON e.id = l.dst_id "
+        f"WHERE l.tenant_id = %s AND e.tenant_id = %s AND l.src_id = ANY(%s) AND l.kind <> %s AND {where}"
+    )
+    rows = db.fetch(
+        f"{by_entity} UNION ALL {by_link}",
+        [
+            *(tenant.pk, *params, rare + 1, tenant.pk, list(seeds)),
+            *(tenant.pk, tenant.pk, list(seeds), LinkKind.MERGED_INTO.value, *params),
+        ],
+    )
+    found = [Neighbour(int(s), int(n), via, str(name)) for s, n, via, name in rows]
+    holders: dict[tuple[int, str], int] = {}
+    for hop in found:
+        if hop.via == "entity":
+            holders[(hop.seed, hop.name)] = holders.get((hop.seed, hop.name), 0) + 1
+    return [h for h in found if h.via == "link" or holders[(h.seed, h.name)] <= rare]

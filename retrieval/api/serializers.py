@@ -77,6 +77,12 @@ class SearchInSerializer(StrictSerializer, ScopeFilters):
         "dormant ones and delete candidates ranked lower)",
     )
     explain = serializers.BooleanField(required=False, default=False)
+    hops = serializers.BooleanField(
+        required=False,
+        help_text="follow one hop from the best candidates: memories sharing a rare entity with one of "
+        "them, or linked from one, join the candidates below it (default: the platform's "
+        "MEMORY_SEARCH_HOPS); a hit reached this way says so in `explain` and its use counts as a traversal",
+    )
     min_score = serializers.FloatField(
         required=False, min_value=-1.0, max_value=1.0, help_text=MIN_SCORE_HELP
     )

@@ -99,6 +99,7 @@ class SearchView(TenantAPIView):
             explain=d["explain"],
             record_access=False,
             min_score=d.get("min_score"),
+            hops=d.get("hops"),
         )
         check_min_score(self.tenant, query.min_score, query.vector)
         default = Snippet.default()
@@ -109,7 +110,7 @@ class SearchView(TenantAPIView):
             query=query,
             now=now,
             may_unpack=self.api_key.has_scope("write"),
-            found=lambda ids: usage.recorder.add(self.tenant.id, ids, now),
+            found=lambda ids, traversed: usage.recorder.add(self.tenant.id, ids, now, traversed),
             snippet=Snippet(
                 turns=d.get("snippet_turns", default.turns),
                 neighbours=d.get("snippet_neighbours", default.neighbours),

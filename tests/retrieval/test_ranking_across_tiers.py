@@ -58,9 +58,10 @@ def vec_hit(hit, vector):
 def test_text_lists_interleave_by_the_share_of_the_tenant_each_tier_holds():
     hot_list = [hot(1, 9.0), hot(2, 8.0), hot(3, 7.0)]
     packed = [Packed(10, 11, 0.1), Packed(12, 13, 0.09), Packed(14, 15, 0.08)]
-    # One tier in four hot: its first match stands where the fourth would in one index.
+    # One tier in four hot: its r-th match stands at r / √0.25 = 2r, the packed tier's at r / √0.75
+    # (1.15, 2.31, 3.46): the small tier's best match is not pushed below the big one's fourth.
     merged = interleaved([(hot_list, 0.25), (packed, 0.75)])
-    assert [m.turn_id for m in merged][:4] == [11, 13, 1, 15]
+    assert [m.turn_id for m in merged][:5] == [11, 1, 13, 15, 2]
     # Equal shares alternate, the first list first on ties.
     assert [m.turn_id for m in interleaved([(hot_list, 0.5), (packed, 0.5)])][:4] == [1, 11, 2, 13]
     # A tier holding nothing counted (hot episodes not indexed yet) still places its matches.
