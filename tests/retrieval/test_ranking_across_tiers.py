@@ -165,3 +165,20 @@ def test_a_packed_turn_is_found_by_the_words_of_its_window_as_its_hot_document_w
 
     Episode.objects.filter(pk=episode_id).update(layer="hot")  # unpacked: Redis searches it again
     assert window_matches(caller.tenant, words) == set()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_tiers_shares_are_read_again_once_the_hot_index_has_changed(caller, monkeypatch):
+    # A tick moving a tenant's history out of hot changes the split at once; a split cached for a
+    # minute would place the packed tier's text list as if it held nothing.
+    from episodes.stores import archive
+    from episodes.stores.hot import hot_store
+
+    monkeypatch.setattr(archive, "_packed_count_cache", {})
+    monkeypatch.setattr(archive, "RECOUNT_SECONDS", 0.0)
+    ids = [turns(caller, f"s{i}", [f"note {i}", "ok"])["episode_ids"][0] for i in range(3)]
+    tenant_id, tenant_hex = str(caller.tenant.id), caller.tenant.id.hex
+    assert archive.turn_counts(tenant_id, hot_store().count(tenant_hex)) == (6, 0)
+    pack(ids[0], "warm")
+    assert archive.turn_counts(tenant_id) == (6, 0)  # no news from the hot index: the cached split
+    assert archive.turn_counts(tenant_id, hot_store().count(tenant_hex)) == (6, 2)
