@@ -293,9 +293,13 @@ class _Tiers:
         if missed:
             self.archive_scopes.append(query.scope.replace(layers=(Layer.HOT,), episode_ids=tuple(missed)))
         self.scope = query.scope
-        # The share of the tenant's turns in warm and cold, which weighs the tiers' text lists: read
-        # once the hot tier has said how many turns it holds (``packed_share``).
-        self.hot_turns: int | None = None
+        # The share of the tenant's turns in warm and cold, which weighs the tiers' text lists.
+        self.packed_share = 0.0
+        if self.archive_scopes and hot:
+            total, packed = archive.turn_counts(str(tenant.id))
+            self.packed_share = packed / total if total else 0.0
+        elif self.archive_scopes:
+            self.packed_share = 1.0
 
     def fuse(self, vector: np.ndarray | None, text: str | None) -> Fusion:
         tenant_id = str(self.tenant.id)
@@ -323,8 +327,7 @@ class _Tiers:
             hot_text, hot_vector, hot_found = self._hot(vector, text)  # no other tier: no hand-over
         else:
             hot_text, hot_vector, hot_found = [], [], {}
-        packed_share = self.packed_share()
-        text_list = interleaved([(hot_text, 1.0 - packed_share), (archive_text, packed_share)])
+        text_list = interleaved([(hot_text, 1.0 - self.packed_share), (archive_text, self.packed_share)])
         if vector is None:
             return fuse([], text_list, self.weights)
         if not self.archive_scopes:
@@ -337,23 +340,11 @@ class _Tiers:
         ranked = archive.rescored(both, moved, 2 * self.k)
         return fuse(ranked, text_list, self.weights)
 
-    def packed_share(self) -> float:
-        """The share of the tenant's turns that warm and cold hold (1 when hot is not searched)."""
-        if not self.archive_scopes:
-            return 0.0
-        if not self.hot:
-            return 1.0
-        total, packed = archive.turn_counts(str(self.tenant.id), self.hot_turns)
-        return packed / total if total else 0.0
-
     def _hot(
         self, vector: np.ndarray | None, text: str | None
     ) -> tuple[list[HotHit], list[HotHit], dict[str, np.ndarray]]:
         """The hot tier's (text hits, vector hits, the vectors of the text hits its query moved
-        towards); its vector hits carry their vectors when a packed tier is searched too, and then
-        it also counts the turns it holds (``packed_share``)."""
-        if self.archive_scopes:
-            self.hot_turns = hot_store().count(self.tenant.id.hex)
+        towards); its vector hits carry their vectors when a packed tier is searched too."""
         vector_hits, text_hits, found = hot_store().search(
             self.tenant.id.hex,
             vector=vector,

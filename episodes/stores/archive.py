@@ -7,7 +7,6 @@ statement built here.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -17,6 +16,7 @@ from django.db import connection
 from episodes.language import TEXT_CONFIG, query_text
 from episodes.models import Layer
 from memory_platform import db
+from memory_platform.ttl_cache import ttl_cached
 
 from ..scope import ALL_LAYERS, Scope
 from .tables import EPISODES, TURNS
@@ -26,9 +26,11 @@ from .tables import EPISODES, TURNS
 # graphs reaches the tenant's rows; a filtered scan stops after hnsw.max_scan_tuples rows, so in
 # much larger graphs raise this threshold or that setting (docs/decisions/0005).
 EXACT_PACKED_TURNS = 2000
-PACKED_COUNT_TTL = 60.0
-# A changed hot index has a tenant's turn counts read again after this long at most (``turn_counts``).
-RECOUNT_SECONDS = 5.0
+# A tick moving a tenant's history out of hot changes the split between the tiers within seconds,
+# and a stale split misplaces one tier's text list under the other's until it expires; counting a
+# large tenant's turns takes tens of milliseconds (57 ms for 100k turns here), too much for every
+# search (docs/decisions/0032).
+PACKED_COUNT_TTL = 10.0
 # Each full-text pass (see `text_search`) ranks at most this many matches: on the approximate plan,
 # and on the exact plan (a small tenant, whose matches are few).
 TEXT_CANDIDATES = 300
@@ -37,7 +39,7 @@ TEXT_CANDIDATES_EXACT = 1000
 # (``vector_candidates``).
 RESCORED = 2
 
-_packed_count_cache: dict[str, tuple[float, int | None, tuple[int, int]]] = {}
+_packed_count_cache: dict[str, tuple[float, Any]] = {}
 
 
 # The query's lexemes (``language.TEXT_CONFIG``; the query as ``language.query_text`` gives it):
@@ -56,31 +58,21 @@ _TWO_WORDS_QUERY = (
 )
 
 
-def turn_counts(tenant_id: str, hot_turns: int | None = None) -> tuple[int, int]:
-    """How many turns the tenant has, and how many of them are packed; cached per process for a
-    minute: they choose a plan and weigh the tiers' text lists (``retrieval.ranking``). Counting
-    a large tenant's turns takes tens of milliseconds, too much for every search; but a tick
-    moving a tenant's history out of hot changes the split within seconds, and a minute-old split
-    misplaces one tier's text list under the other's for that minute. So a search passes the hot
-    index's own count of the tenant's turns (``hot_turns``, one cheap Redis count), and when that
-    has changed since the counts were read they are read again, at most every
-    ``RECOUNT_SECONDS``."""
-    now = time.monotonic()
-    cached = _packed_count_cache.get(tenant_id)
-    if cached is not None:
-        at, seen, counts = cached
-        age = now - at
-        if age < PACKED_COUNT_TTL and (hot_turns is None or hot_turns == seen or age < RECOUNT_SECONDS):
-            return cast(tuple[int, int], counts)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT count(*), count(*) FILTER (WHERE packed) FROM {TURNS} WHERE tenant_id = %s",
-            [tenant_id],
-        )
-        total, packed = cursor.fetchone()
-    counts = (int(total), int(packed))
-    _packed_count_cache[tenant_id] = (now, hot_turns, counts)
-    return counts
+def turn_counts(tenant_id: str) -> tuple[int, int]:
+    """How many turns the tenant has, and how many of them are packed; cached per process for
+    ``PACKED_COUNT_TTL`` seconds: they choose a plan and weigh the tiers' text lists
+    (``retrieval.ranking``)."""
+
+    def compute() -> tuple[int, int]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*), count(*) FILTER (WHERE packed) FROM {TURNS} WHERE tenant_id = %s",
+                [tenant_id],
+            )
+            total, packed = cursor.fetchone()
+            return int(total), int(packed)
+
+    return cast(tuple[int, int], ttl_cached(_packed_count_cache, tenant_id, PACKED_COUNT_TTL, compute))
 
 
 def packed_turns(tenant_id: str) -> int:

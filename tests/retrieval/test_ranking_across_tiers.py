@@ -168,17 +168,17 @@ def test_a_packed_turn_is_found_by_the_words_of_its_window_as_its_hot_document_w
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_tiers_shares_are_read_again_once_the_hot_index_has_changed(caller, monkeypatch):
-    # A tick moving a tenant's history out of hot changes the split at once; a split cached for a
-    # minute would place the packed tier's text list as if it held nothing.
+def test_the_tiers_shares_follow_a_move_once_the_cached_counts_expire(caller, monkeypatch):
+    # A tick moving a tenant's history out of hot changes the split at once; the cached split
+    # (seconds, not a minute: archive.PACKED_COUNT_TTL) follows when it expires.
     from episodes.stores import archive
-    from episodes.stores.hot import hot_store
 
+    assert archive.PACKED_COUNT_TTL <= 10
     monkeypatch.setattr(archive, "_packed_count_cache", {})
-    monkeypatch.setattr(archive, "RECOUNT_SECONDS", 0.0)
     ids = [turns(caller, f"s{i}", [f"note {i}", "ok"])["episode_ids"][0] for i in range(3)]
-    tenant_id, tenant_hex = str(caller.tenant.id), caller.tenant.id.hex
-    assert archive.turn_counts(tenant_id, hot_store().count(tenant_hex)) == (6, 0)
+    tenant_id = str(caller.tenant.id)
+    assert archive.turn_counts(tenant_id) == (6, 0)
     pack(ids[0], "warm")
-    assert archive.turn_counts(tenant_id) == (6, 0)  # no news from the hot index: the cached split
-    assert archive.turn_counts(tenant_id, hot_store().count(tenant_hex)) == (6, 2)
+    assert archive.turn_counts(tenant_id) == (6, 0)  # cached
+    monkeypatch.setattr(archive, "PACKED_COUNT_TTL", 0.0)
+    assert archive.turn_counts(tenant_id) == (6, 2)
