@@ -28,6 +28,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
         log = (lambda msg: self.stderr.write(msg)) if opts["json"] else (lambda msg: self.stdout.write(msg))
+        from memory_platform.management.ready import require_migrated
+
+        require_migrated()
         if opts["what"] == "ingest":
             from retrieval.bench.ingest import run_mode
 

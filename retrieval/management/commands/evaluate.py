@@ -39,8 +39,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
+        from memory_platform.management.ready import require_migrated
         from retrieval.evaluation import locomo, multilingual
 
+        require_migrated()
         if opts["path"] is None:
             if opts["dataset"] == "locomo":
                 raise CommandError("evaluate locomo takes the dataset's path")
