@@ -26,9 +26,9 @@ MAX_HOPS = 20
 
 @dataclass(frozen=True)
 class Hop:
-    """How a candidate was reached: from which seed (internal id), through what."""
+    """How a candidate was reached (through an entity or a link, and its name), and the relevance
+    it gets."""
 
-    seed: int
     via: str
     name: str
     relevance: float
@@ -47,7 +47,7 @@ def one_hop(
     for n in rows.one_hop(tenant, top, where, params, RARE):
         if n.episode_id in relevance:
             continue
-        hop = Hop(seed=n.seed, via=n.via, name=n.name, relevance=weight * relevance[n.seed])
+        hop = Hop(via=n.via, name=n.name, relevance=weight * relevance[n.seed])
         known = found.get(n.episode_id)
         if known is None or hop.relevance > known.relevance:
             found[n.episode_id] = hop
