@@ -124,20 +124,53 @@ def _hot_evictions(t: Tick, hot: list[Episode], scores: dict[int, tuple[float, A
     return leaving
 
 
+#: How many episodes the tick packs before it writes them. Their documents then leave Redis
+#: together and the tenant's index is collected once: searches meanwhile never meet BM25
+#: statistics that still count removed documents (``transitions.leave_hot``), and a batch costs
+#: one collection, not one per episode.
+HOT_TO_WARM_BATCH = 32
+
+
 def step_hot_to_warm(t: Tick) -> None:
     hot = t.episodes(layer=Layer.HOT)
     scores = t.scored(hot)
     by_id = {e.pk: e for e in hot}
-    for episode_id, reason in sorted(_hot_evictions(t, hot, scores).items()):
-        episode = t.fresh(episode_id, by_id[episode_id].version)
+    leaving = sorted(_hot_evictions(t, hot, scores).items())
+    for start in range(0, len(leaving), HOT_TO_WARM_BATCH):
+        _hot_to_warm_batch(
+            t, [(by_id[pk], reason) for pk, reason in leaving[start : start + HOT_TO_WARM_BATCH]]
+        )
+
+
+def _hot_to_warm_batch(t: Tick, batch: list[tuple[Episode, str]]) -> None:
+    """Pack each episode of the batch (no lock held), then write each one still at the version
+    read, then take the written ones out of Redis together."""
+    packed: list[tuple[Episode, WarmShape, str]] = []
+    for listed, reason in batch:
+        episode = t.fresh(listed.pk, listed.version)
         if episode is None:
             continue
         try:
-            _demote_to_warm(t, episode, reason)
+            packed.append((episode, warm_shape(episode, t.summariser, t.policy, t.now), reason))
         except TickInterrupted:
             raise
         except Exception as exc:
-            t.error("hot_to_warm", episode_id, exc)
+            t.error("hot_to_warm", episode.pk, exc)
+    written: list[Episode] = []
+    try:
+        for episode, warm, reason in packed:
+            try:
+                moved = transitions.demote_to_warm(
+                    episode, warm, move=t.move, reason=reason, source=warm.source, leaving=written
+                )
+            except TickInterrupted:
+                raise
+            except Exception as exc:
+                t.error("hot_to_warm", episode.pk, exc)
+                continue
+            t.counts["hot_to_warm" if moved else "abandoned"] += 1
+    finally:
+        transitions.leave_hot(t.move, written, collect=True)
 
 
 def warm_shape(episode: Episode, summariser: Any, policy: Any, now: datetime) -> WarmShape:
@@ -164,14 +197,6 @@ def cold_shape(episode: Episode, summariser: Any) -> ColdShape:
     return summariser.cold(
         WarmShape(episode.summary, episode.key_points, episode.entities, episode.decisions)
     )
-
-
-def _demote_to_warm(t: Tick, episode: Episode, reason: str) -> None:
-    warm = warm_shape(episode, t.summariser, t.policy, t.now)
-    if transitions.demote_to_warm(episode, warm, move=t.move, reason=reason, source=warm.source):
-        t.counts["hot_to_warm"] += 1
-    else:
-        t.counts["abandoned"] += 1
 
 
 def step_warm_gradient(t: Tick) -> None:

@@ -4,7 +4,8 @@ One tick per tenant at a time (a Postgres advisory lock), ``now`` is an argument
 moves in its own transaction guarded by the optimistic version check: the episode is read (version
 v), compressed with no lock held, then written only ``WHERE version = v``. If anything touched it
 meanwhile (a search recorded an access, a turn arrived) the update matches no row and the move is
-abandoned, as seed 001 asks. Redis follows each commit; ``hot_repair`` at the start of every tick
+abandoned, as seed 001 asks. Redis follows the commits (a batch of moves leaves it together, and
+the tenant's index is collected at once: docs/decisions/0033); ``hot_repair`` at the start of every tick
 puts it right after a crash, so running a tick again always converges.
 """
 
@@ -60,6 +61,8 @@ def step_repair(t: Tick) -> None:
         return
     t.counts["redis_removed"] += fixed["removed"]
     t.counts["redis_indexed"] += fixed["indexed"]
+    if fixed["removed"]:
+        collect_hot_garbage(t.tenant)  # as after a batch of moves (transitions.leave_hot)
 
 
 def step_score(t: Tick) -> None:
@@ -71,6 +74,7 @@ def step_states(t: Tick) -> None:
     """Seed 002 states. A delete candidate is only marked (and proposed to an operator)."""
     episodes = t.episodes()
     scores = t.scored(episodes)
+    retagged = 0
     for listed in episodes:
         # Anchors never decay (seed 003 §4.6): always in default search, never a candidate.
         new = State.ACTIVE if listed.anchor else scoring.state_of(scores[listed.pk][1], t.policy, t.now)
@@ -90,6 +94,11 @@ def step_states(t: Tick) -> None:
             if listed.layer == Layer.HOT:
                 # Redis filters default searches by state: its tag must follow.
                 transaction.on_commit(functools.partial(retag_state, listed, new))
+                retagged += 1
+    if retagged:
+        # A retag rewrites the episode's documents; the copies it replaced leave BM25's
+        # statistics now (see transitions.leave_hot).
+        collect_hot_garbage(t.tenant)
 
 
 def step_candidates(t: Tick) -> None:
@@ -178,8 +187,6 @@ def tick_run(
             tick.checkpoint(f"after:{step}")
             if fail_after_step == step:
                 raise TickInterrupted(f"fault injected after step {step!r}")
-        if tick.counts["hot_to_warm"] or tick.counts["redis_removed"]:
-            collect_hot_garbage(tenant)
         run.status = TickRun.Status.SUCCEEDED
     except BaseException as exc:
         run.status = TickRun.Status.FAILED

@@ -26,9 +26,10 @@ from django.db.models import F
 
 from episodes.language import index_text
 from episodes.models import SEARCH_TEXT_LIMIT, Episode, Layer, State
+from memory_platform.tenancy.models import Tenant
 
 from .compression import ColdShape, WarmShape, cold_index_text
-from .hotsync import hot_remove_packed, sync_episode
+from .hotsync import collect_hot_garbage, hot_remove_packed, sync_episode
 from .journal import CONTENT_FIELDS, journal_record, snapshot
 from .models import AccessWindow, TickRun
 
@@ -66,7 +67,14 @@ def _write(episode: Episode, expected_layer: str, fields: Mapping[str, Any]) -> 
         for name, value in fields.items():
             setattr(episode, name, value)
         episode.version += 1
+        if "layer" in fields:
+            _layers_moved(episode)
     return bool(updated)
+
+
+def _layers_moved(episode: Episode) -> None:
+    """In the move's transaction: the tenant's split between the tiers changed."""
+    Tenant.objects.filter(pk=episode.tenant_id).update(layers_version=F("layers_version") + 1)
 
 
 def warm_text_fields(warm: WarmShape) -> dict[str, Any]:
@@ -151,10 +159,22 @@ def promote(
     return True
 
 
-def demote_to_warm(episode: Episode, warm: WarmShape, *, move: Move, reason: str, source: str) -> bool:
+def demote_to_warm(
+    episode: Episode,
+    warm: WarmShape,
+    *,
+    move: Move,
+    reason: str,
+    source: str,
+    leaving: list[Episode] | None = None,
+) -> bool:
     """Hot -> warm: the summary and key points (``warm``) become its shape and searchable text;
     its turns stay in Postgres and leave Redis. ``reason`` says which rule sent it (idle,
-    session_cap, hot_quota, operator); ``source`` which summariser packed it."""
+    session_cap, hot_quota, operator); ``source`` which summariser packed it.
+
+    Its documents leave Redis after the commit; with ``leaving``, the episode is added to that
+    list after the commit instead, and the caller takes the list's documents out together
+    (``leave_hot``)."""
     move.at(f"compressed:{episode.pk}")
     with transaction.atomic():
         before = snapshot(episode)
@@ -182,12 +202,24 @@ def demote_to_warm(episode: Episode, warm: WarmShape, *, move: Move, reason: str
         after = {k: fields[k] for k in ("layer", "summary", "key_points", "packed_chars")}
         journal(move, episode, "hot_to_warm", before, {**after, "reason": reason, "source": source})
 
-        def leave_hot() -> None:
-            move.at(f"moved:{episode.pk}")
-            hot_remove_packed(episode)
-
-        transaction.on_commit(leave_hot)
+        if leaving is None:
+            transaction.on_commit(lambda: leave_hot(move, [episode], collect=False))
+        else:
+            transaction.on_commit(lambda: leaving.append(episode))
     return True
+
+
+def leave_hot(move: Move, episodes: list[Episode], *, collect: bool) -> None:
+    """Take packed episodes' documents out of Redis (each clears its ``needs_reindex`` once Redis
+    has let go; a failure leaves it for the repair). ``collect``: then purge them from the
+    tenant's BM25 statistics at once (a fork of Redis, 25-200 ms), for a whole batch of moves: a
+    removed document counted there can rank a word found in nearly every turn above all others
+    until RediSearch's own collector runs (docs/decisions/0033)."""
+    for episode in episodes:
+        move.at(f"moved:{episode.pk}")
+        hot_remove_packed(episode)
+    if collect and episodes:
+        collect_hot_garbage(episodes[0].tenant)
 
 
 def demote_to_cold(episode: Episode, cold: ColdShape, *, move: Move) -> bool:
@@ -221,5 +253,7 @@ def revert(episode: Episode, fields: Mapping[str, Any], *, on_commit_sync: bool 
         Episode.objects.filter(tenant_id=episode.tenant_id, pk=episode.pk).update(
             version=F("version") + 1, **fields
         )
+        if "layer" in fields:
+            _layers_moved(episode)
     if on_commit_sync:
         transaction.on_commit(lambda: sync_episode(episode.tenant_id, episode.pk))

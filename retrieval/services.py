@@ -133,7 +133,8 @@ def search(
     k = max(weights.candidates, query.limit * 3)
     layers = query.scope.layers or ALL_LAYERS
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
-    if archive_layers and not archive.holds(tenant.pk, archive_layers):
+    layers_version = archive.holding(tenant.pk, archive_layers) if archive_layers else None
+    if layers_version is None:
         # Nothing packed yet (a young tenant): the warm/cold statements would find nothing,
         # and planning them costs more than this look at the (tenant, layer) index.
         archive_layers = ()
@@ -148,7 +149,13 @@ def search(
     vector, reason = query_vector(tenant, query)
     degraded = bool(reason)
     tiers_of = functools.partial(
-        Tiers, tenant, query, k, weights, raw_turns=_settings(tenant).search_packed_turns
+        Tiers,
+        tenant,
+        query,
+        k,
+        weights,
+        raw_turns=_settings(tenant).search_packed_turns,
+        layers_version=layers_version,
     )
     tiers = tiers_of(hot=search_hot, archive_layers=archive_layers, missed=missed)
     try:

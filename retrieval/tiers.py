@@ -41,6 +41,7 @@ class Tiers:
         archive_layers: tuple[str, ...],
         missed: list[int],
         raw_turns: bool,
+        layers_version: int | None = None,
     ):
         self.tenant, self.k, self.weights, self.hot = tenant, k, weights, hot
         #: Whether packed episodes are searched through their raw turns (the policy's
@@ -51,10 +52,11 @@ class Tiers:
         if missed:
             self.archive_scopes.append(query.scope.replace(layers=(Layer.HOT,), episode_ids=tuple(missed)))
         self.scope = query.scope
-        # The share of the tenant's turns in warm and cold, which weighs the tiers' text lists.
+        # The share of the tenant's turns in warm and cold, which weighs the tiers' text lists:
+        # counted again once an episode has moved since (``layers_version``, ``archive.holding``).
         self.packed_share = 0.0
         if self.archive_scopes and hot:
-            total, packed = archive.turn_counts(str(tenant.id))
+            total, packed = archive.turn_counts(str(tenant.id), layers_version)
             self.packed_share = packed / total if total else 0.0
         elif self.archive_scopes:
             self.packed_share = 1.0

@@ -19,7 +19,7 @@ from memory_platform import db
 from memory_platform.ttl_cache import ttl_cached
 
 from ..scope import ALL_LAYERS, Scope
-from .tables import EPISODES, TURNS
+from .tables import EPISODES, TENANTS, TURNS
 
 # Up to this many packed turns, a tenant's warm/cold search is exact (see `_plan`); the exact
 # plan's cost grows with the tenant's packed turns. Above it, a filtered scan of the shared HNSW
@@ -39,7 +39,7 @@ TEXT_CANDIDATES_EXACT = 1000
 # (``vector_candidates``).
 RESCORED = 2
 
-_packed_count_cache: dict[str, tuple[float, Any]] = {}
+_packed_count_cache: dict[str, tuple[float, tuple[int | None, tuple[int, int]]]] = {}
 
 
 # The query's lexemes (``language.TEXT_CONFIG``; the query as ``language.query_text`` gives it):
@@ -58,21 +58,25 @@ _TWO_WORDS_QUERY = (
 )
 
 
-def turn_counts(tenant_id: str) -> tuple[int, int]:
+def turn_counts(tenant_id: str, layers_version: int | None = None) -> tuple[int, int]:
     """How many turns the tenant has, and how many of them are packed; cached per process for
-    ``PACKED_COUNT_TTL`` seconds: they choose a plan and weigh the tiers' text lists
-    (``retrieval.ranking``)."""
+    ``PACKED_COUNT_TTL`` seconds, and counted again as soon as ``layers_version`` (the tenant's,
+    which every move between layers changes: ``holding``) is not the one counted at. None takes
+    whatever is cached. They choose a plan and weigh the tiers' text lists (``retrieval.ranking``)."""
 
-    def compute() -> tuple[int, int]:
+    def compute() -> tuple[int | None, tuple[int, int]]:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT count(*), count(*) FILTER (WHERE packed) FROM {TURNS} WHERE tenant_id = %s",
                 [tenant_id],
             )
             total, packed = cursor.fetchone()
-            return int(total), int(packed)
+            return layers_version, (int(total), int(packed))
 
-    return cast(tuple[int, int], ttl_cached(_packed_count_cache, tenant_id, PACKED_COUNT_TTL, compute))
+    cached = _packed_count_cache.get(tenant_id)
+    if cached is not None and layers_version is not None and cached[1][0] != layers_version:
+        del _packed_count_cache[tenant_id]
+    return cast(tuple[int, int], ttl_cached(_packed_count_cache, tenant_id, PACKED_COUNT_TTL, compute)[1])
 
 
 def packed_turns(tenant_id: str) -> int:
@@ -80,18 +84,20 @@ def packed_turns(tenant_id: str) -> int:
     return turn_counts(tenant_id)[1]
 
 
-def holds(tenant_id: Any, layers: tuple[str, ...]) -> bool:
-    """Whether the tenant has any episode in these layers (any state).
+def holding(tenant_id: Any, layers: tuple[str, ...]) -> int | None:
+    """The tenant's ``layers_version`` when it has any episode in these layers (any state), else
+    None.
 
     Not ``EXISTS (...)``: a tenant the planner's statistics do not know yet (just loaded, or
     autovacuum has not analysed since) is estimated to hold thousands of such rows, so it
     scans the table for the first one. Ordering by the `(tenant, layer)` index's own columns
     makes the index the only cheap plan, an index-only scan (docs/decisions/0005)."""
     row = db.fetch_one(
-        f"SELECT layer FROM {EPISODES} WHERE tenant_id = %s AND layer = ANY(%s) ORDER BY tenant_id, layer LIMIT 1",
-        [tenant_id, list(layers)],
+        f"SELECT (SELECT layers_version FROM {TENANTS} WHERE id = %s) FROM {EPISODES} "
+        "WHERE tenant_id = %s AND layer = ANY(%s) ORDER BY tenant_id, layer LIMIT 1",
+        [tenant_id, tenant_id, list(layers)],
     )
-    return row is not None
+    return None if row is None else int(row[0])
 
 
 @dataclass(frozen=True)

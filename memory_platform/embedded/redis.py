@@ -23,7 +23,7 @@ def collect_index_garbage(url: str) -> dict[str, tuple[int, int]]:
     On start Redis loads its append-only log's base snapshot, then replays the writes since:
     documents deleted or rewritten after the snapshot are indexed, then deleted again, and each
     dead copy stays in the inverted index until the fork GC runs (every 30 s, and by default
-    only past 100 deleted documents; the embedded server sets FORK_GC_CLEAN_THRESHOLD 0). Until
+    only past 100 deleted documents; the embedded server's `GC_SETTINGS` are tighter). Until
     then BM25 counts the dead copies in its document frequencies, and ranking is off until the
     collector runs (docs/decisions/0002). Collecting once at start removes them before the first
     search. A failure is logged, not raised: the data are intact, only the
@@ -50,6 +50,15 @@ def collect_index_garbage(url: str) -> dict[str, tuple[int, int]]:
     finally:
         client.close()
     return collected
+
+
+#: RediSearch's collector, as the embedded server runs it. Until a removed (or rewritten) document
+#: is collected, BM25 counts it in its terms' document frequencies but not in the number of
+#: documents, and where a term's frequency then exceeds that number (a word in nearly every
+#: document, such as a speaker's name), RediSearch 2.10's IDF wraps around to about 44 instead of
+#: about 0: that word outweighs every other, for up to RediSearch's default 30 s (docs/decisions/0033).
+#: Collected within 5 s here, and only indexes with garbage fork a collector (1, not 100 by default).
+GC_SETTINGS = {"FORK_GC_RUN_INTERVAL": 5, "FORK_GC_CLEAN_THRESHOLD": 1}
 
 
 class PortTakenError(RuntimeError):
@@ -208,15 +217,15 @@ class EmbeddedRedis:
             "--protected-mode",
             "yes",
             # ON_TIMEOUT FAIL: a query that times out errors instead of silently returning
-            # partial results (DESIGN §9). FORK_GC_CLEAN_THRESHOLD 0: the collector purges removed
-            # documents at every run, not only past 100 of them, which BM25 would count until
-            # then (see `collect_index_garbage`).
+            # partial results (DESIGN §9). The collector runs every FORK_GC_RUN_INTERVAL seconds
+            # on each index that lost at least FORK_GC_CLEAN_THRESHOLD documents since its last
+            # run (a rewritten document counts: it is removed and added again), and on no other:
+            # until it runs, BM25 counts the removed ones (see `GC_SETTINGS`).
             "--loadmodule",
             search,
             "ON_TIMEOUT",
             "FAIL",
-            "FORK_GC_CLEAN_THRESHOLD",
-            "0",
+            *(part for name, value in GC_SETTINGS.items() for part in (name, str(value))),
             "--loadmodule",
             rejson,
         ]

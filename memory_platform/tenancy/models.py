@@ -75,6 +75,10 @@ class Tenant(models.Model):
         "MEMORY_RATE_LIMIT.",
     )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
+    #: Counts the moves of the tenant's episodes between layers (``lifecycle.transitions``): a
+    #: process recounts the split of its turns between the tiers, which it caches, when this
+    #: changes (``episodes.stores.archive.turn_counts``).
+    layers_version = models.BigIntegerField(default=0, editable=False)
 
     class Meta:
         ordering = ("name",)

@@ -364,3 +364,22 @@ def test_an_outdated_index_is_replaced_and_its_tenant_indexed_again(caller):
     assert store.episode_ids(tenant_hex, Scope(user_id="Alice")) == {episode_id}
     assert store.episode_ids(tenant_hex, Scope(user_id="alice")) == set()
     call_command("rebuild_hot", if_outdated=True)  # nothing outdated: nothing to do
+
+
+def test_the_embedded_server_collects_removed_documents_within_seconds(provided):
+    from memory_platform.embedded.redis import GC_SETTINGS
+    from memory_platform.redis_client import get_redis
+
+    # The test run's Redis is the embedded server: a removed (or rewritten) document leaves BM25's
+    # statistics within GC_SETTINGS' interval, and only an index that lost one forks a collector.
+    client = get_redis()
+    running = {name: client.execute_command("FT.CONFIG", "GET", name) for name in GC_SETTINGS}
+    as_set = {name: _config_value(reply, name) for name, reply in running.items()}
+    assert as_set == {"FORK_GC_RUN_INTERVAL": 5, "FORK_GC_CLEAN_THRESHOLD": 1} == GC_SETTINGS
+
+
+def _config_value(reply, name: str) -> int:
+    """FT.CONFIG GET's reply, a map over RESP3, a list of pairs over RESP2."""
+    if isinstance(reply, dict):
+        return int({k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}[name])
+    return int(dict((k.decode() if isinstance(k, bytes) else k, v) for k, v in reply)[name])
