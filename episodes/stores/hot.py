@@ -6,6 +6,7 @@ tenant, never a raw filter or index.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,24 @@ INITIAL_SCAN_WAIT = 30.0
 
 # RediSearch's scorer for the hot tier's full text (seed 004: BM25).
 TEXT_SCORER = "BM25STD"
+
+# The field of a document that signs what ``index_episode`` wrote into it (not indexed).
+SIGNATURE = "sig"
+
+
+def _signature(mapping: dict[str, Any]) -> str:
+    digest = hashlib.blake2b(digest_size=12)
+    for name in sorted(mapping):
+        value = mapping[name]
+        digest.update(name.encode())
+        digest.update(b"\0")
+        digest.update(value if isinstance(value, bytes) else str(value).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -214,7 +233,11 @@ class HotStore:
 
     # --- writes ------------------------------------------------------------------------------------
     def index_episode(self, episode: Any, docs: Iterable[TurnDoc]) -> int:
-        """Write (or overwrite) the episode document and its turn documents. Returns docs written."""
+        """Write the episode document and its turn documents, those whose content changed (a new
+        turn, the one before it whose window now reads it, a retag): each document carries a
+        signature of what it holds. Rewriting one leaves a dead copy that BM25 counts until it
+        is collected (``GC_SETTINGS``), so a turn arriving in a long session does not rewrite the
+        whole session. Returns the documents written."""
         tenant_hex = episode.tenant_id.hex
         self.ensure_index(tenant_hex)
         base: dict[str, Any] = {
@@ -229,30 +252,42 @@ class HotStore:
             "anchor": "1" if episode.anchor else "0",
             "tags": ",".join(keys.exact(tag) for tag in episode.tags),
         }
-        written = 0
-        pipe = self.client.pipeline(transaction=False)
+        wanted: dict[str, dict[str, Any]] = {}
         for doc in docs:
-            mapping = dict(base)
-            mapping.update(
-                doctype=keys.DOC_TURN,
-                role=doc.turn.role,
-                text=doc.text,
-                language=language.REDISEARCH[doc.turn.language],
-                occurred_at=_epoch(doc.turn.occurred_at),
-                turn_id=str(doc.turn.pk),
-                seq=str(doc.turn.seq),
-                embedding=_vector_bytes(doc.vector),
-            )
-            pipe.hset(keys.turn_key(tenant_hex, doc.turn.pk), mapping=mapping)  # type: ignore[arg-type]
-            written += 1
+            wanted[keys.turn_key(tenant_hex, doc.turn.pk)] = {
+                **base,
+                "doctype": keys.DOC_TURN,
+                "role": doc.turn.role,
+                "text": doc.text,
+                "language": language.REDISEARCH[doc.turn.language],
+                "occurred_at": _epoch(doc.turn.occurred_at),
+                "turn_id": str(doc.turn.pk),
+                "seq": str(doc.turn.seq),
+                "embedding": _vector_bytes(doc.vector),
+            }
         if episode.embedding is not None:
             # The episode document lists the episode (which hot episodes the index holds); it
             # carries no text and no vector, so search (over turns) never scans it.
-            mapping = dict(base)
-            mapping.update(doctype=keys.DOC_EPISODE, role="", occurred_at=_epoch(episode.last_occurred_at))
-            pipe.hset(keys.episode_key(tenant_hex, episode.pk), mapping=mapping)  # type: ignore[arg-type]
+            wanted[keys.episode_key(tenant_hex, episode.pk)] = {
+                **base,
+                "doctype": keys.DOC_EPISODE,
+                "role": "",
+                "occurred_at": _epoch(episode.last_occurred_at),
+            }
+        pipe = self.client.pipeline(transaction=False)
+        for key in wanted:
+            pipe.hget(key, SIGNATURE)
+        held = pipe.execute()
+        pipe = self.client.pipeline(transaction=False)
+        written = 0
+        for (key, mapping), signed in zip(wanted.items(), held, strict=True):
+            signature = _signature(mapping)
+            if signed is not None and _text(signed) == signature:
+                continue
+            pipe.hset(key, mapping={**mapping, SIGNATURE: signature})  # type: ignore[arg-type,dict-item]
             written += 1
-        pipe.execute()
+        if written:
+            pipe.execute()
         return written
 
     def update_episode_fields(self, episode: Any, turn_ids: Iterable[int], **fields: str) -> None:
@@ -267,7 +302,8 @@ class HotStore:
         pipe = self.client.pipeline(transaction=False)
         for key, exists in zip(docs, present, strict=True):
             if exists:
-                pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
+                # Changed in place: its signature no longer says what it holds.
+                pipe.hset(key, mapping={**fields, SIGNATURE: ""})  # type: ignore[arg-type,dict-item]
         pipe.execute()
 
     def remove_episode(self, tenant_hex: str, episode_id: int, turn_ids: Iterable[int]) -> int:

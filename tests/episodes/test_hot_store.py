@@ -383,3 +383,40 @@ def _config_value(reply, name: str) -> int:
     if isinstance(reply, dict):
         return int({k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}[name])
     return int(dict((k.decode() if isinstance(k, bytes) else k, v) for k, v in reply)[name])
+
+
+def test_a_turn_arriving_in_a_long_session_rewrites_only_what_changed(provided):
+    from episodes.indexing import episodes_index_hot
+    from episodes.models import Turn
+    from memory_platform.redis_client import info_field
+
+    store = hot_store()
+    vector = unit_vectors(1, seed=61)[0].tolist()
+
+    def say(text):
+        body = provided.post(
+            "/api/v1/turns",
+            {"session_id": "long", "turns": [{"role": "user", "text": text, "vector": vector}]},
+        )
+        assert body.status_code == 201, body.json()
+
+    def written():
+        # RediSearch numbers each document it indexes, a new one or a rewritten one alike; a
+        # rewritten one leaves a dead copy that BM25 counts until it is collected.
+        index = store.index_name(provided.tenant.id.hex)
+        return int(info_field(store.client.execute_command("FT.INFO", index), "max_doc_id"))
+
+    for i in range(8):
+        say(f"note {i} about the orchard and its pears")
+    episode_ids = set(Turn.objects.filter(tenant=provided.tenant).values_list("episode_id", flat=True))
+    assert len(episode_ids) == 1
+    before = written()
+    say("the ninth note, about quinces")
+    # The new turn, the one before it (its window now reads the new one), the episode document;
+    # not the episode's seven other turns.
+    assert written() - before == 3
+    assert episodes_index_hot(provided.tenant.pk, list(episode_ids)) == 1 and written() - before == 3
+    _, hits, _ = store.search(
+        provided.tenant.id.hex, vector=None, text="quinces", scope=Scope(states=("active",)), k=5
+    )
+    assert len(hits) == 2  # the new turn, and the one before it whose window reads it
