@@ -77,8 +77,9 @@ class Tenant(models.Model):
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     #: Counts the moves of the tenant's episodes between layers (``lifecycle.transitions``): a
     #: process recounts the split of its turns between the tiers, which it caches, when this
-    #: changes (``episodes.stores.archive.turn_counts``).
-    layers_version = models.BigIntegerField(default=0, editable=False)
+    #: changes (``episodes.stores.archive.turn_counts``). Defaulted in the database too, so a
+    #: process of the previous release can still create tenants during an upgrade.
+    layers_version = models.BigIntegerField(default=0, db_default=0, editable=False)
 
     class Meta:
         ordering = ("name",)

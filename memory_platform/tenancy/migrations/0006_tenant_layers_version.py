@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='tenant',
             name='layers_version',
-            field=models.BigIntegerField(default=0, editable=False),
+            field=models.BigIntegerField(default=0, db_default=0, editable=False),
         ),
     ]
