@@ -16,7 +16,8 @@ from memory_platform.embeddings import embedder_for
 from memory_platform.tenancy.models import Tenant
 
 from .models import Episode, Layer, State, Turn
-from .stores.hot import HotUnavailable, TurnDoc, hot_store
+from .stores.hot import HotUnavailable, hot_store
+from .stores.hot_documents import TurnDoc
 
 logger = logging.getLogger(__name__)
 

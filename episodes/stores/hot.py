@@ -6,10 +6,9 @@ tenant, never a raw filter or index.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +25,16 @@ from memory_platform.redis_client import get_redis, info_field, refusing_writes
 from .. import language
 from ..scope import OWNER_FIELDS, Scope
 from . import hot_replies, keys
+from .hot_documents import SIGNATURE, TurnDoc, episode_documents, epoch, signature_of
 from .hot_replies import HotHit
 
 logger = logging.getLogger(__name__)
 
 HotUnavailable = (redis.RedisError, OSError)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def unavailable_reason(exc: BaseException) -> str:
@@ -46,34 +50,6 @@ INITIAL_SCAN_WAIT = 30.0
 
 # RediSearch's scorer for the hot tier's full text (seed 004: BM25).
 TEXT_SCORER = "BM25STD"
-
-# The field of a document that signs what ``index_episode`` wrote into it (not indexed).
-SIGNATURE = "sig"
-
-
-def _signature(mapping: dict[str, Any]) -> str:
-    digest = hashlib.blake2b(digest_size=12)
-    for name in sorted(mapping):
-        value = mapping[name]
-        digest.update(name.encode())
-        digest.update(b"\0")
-        digest.update(value if isinstance(value, bytes) else str(value).encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-@dataclass(frozen=True)
-class TurnDoc:
-    """What the hot index holds for one turn: its searchable text and vector (the caller decides
-    them: the turn with its neighbours as full text reads them, see ``indexing.turn_documents``)."""
-
-    turn: Any
-    text: str
-    vector: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -117,14 +93,6 @@ def _vector_query(
         dtype="float32",
         hybrid_policy=policy,
     )
-
-
-def _epoch(value: Any) -> float:
-    return float(value.timestamp())
-
-
-def _vector_bytes(vector: np.ndarray | Sequence[float]) -> bytes:
-    return np.asarray(vector, dtype=np.float32).tobytes()
 
 
 class HotStore:
@@ -235,45 +203,11 @@ class HotStore:
     def index_episode(self, episode: Any, docs: Iterable[TurnDoc]) -> int:
         """Write the episode document and its turn documents, those whose content changed (a new
         turn, the one before it whose window now reads it, a retag): each document carries a
-        signature of what it holds. Rewriting one leaves a dead copy that BM25 counts until it
-        is collected (``GC_SETTINGS``), so a turn arriving in a long session does not rewrite the
-        whole session. Returns the documents written."""
-        tenant_hex = episode.tenant_id.hex
-        self.ensure_index(tenant_hex)
-        base: dict[str, Any] = {
-            "tenant": tenant_hex,
-            "user_id": keys.exact(episode.user_id),
-            "agent_id": keys.exact(episode.agent_id),
-            "session_id": keys.exact(episode.session_id),
-            "kind": keys.exact(episode.kind),
-            "layer": "hot",
-            "state": episode.state,
-            "episode": str(episode.pk),
-            "anchor": "1" if episode.anchor else "0",
-            "tags": ",".join(keys.exact(tag) for tag in episode.tags),
-        }
-        wanted: dict[str, dict[str, Any]] = {}
-        for doc in docs:
-            wanted[keys.turn_key(tenant_hex, doc.turn.pk)] = {
-                **base,
-                "doctype": keys.DOC_TURN,
-                "role": doc.turn.role,
-                "text": doc.text,
-                "language": language.REDISEARCH[doc.turn.language],
-                "occurred_at": _epoch(doc.turn.occurred_at),
-                "turn_id": str(doc.turn.pk),
-                "seq": str(doc.turn.seq),
-                "embedding": _vector_bytes(doc.vector),
-            }
-        if episode.embedding is not None:
-            # The episode document lists the episode (which hot episodes the index holds); it
-            # carries no text and no vector, so search (over turns) never scans it.
-            wanted[keys.episode_key(tenant_hex, episode.pk)] = {
-                **base,
-                "doctype": keys.DOC_EPISODE,
-                "role": "",
-                "occurred_at": _epoch(episode.last_occurred_at),
-            }
+        signature of what it holds (``hot_documents``). Rewriting one leaves a dead copy that BM25
+        counts until it is collected (``GC_SETTINGS``), so a turn arriving in a long session does
+        not rewrite the whole session. Returns the documents written."""
+        self.ensure_index(episode.tenant_id.hex)
+        wanted = episode_documents(episode, docs)
         pipe = self.client.pipeline(transaction=False)
         for key in wanted:
             pipe.hget(key, SIGNATURE)
@@ -281,7 +215,7 @@ class HotStore:
         pipe = self.client.pipeline(transaction=False)
         written = 0
         for (key, mapping), signed in zip(wanted.items(), held, strict=True):
-            signature = _signature(mapping)
+            signature = signature_of(mapping)
             if signed is not None and _text(signed) == signature:
                 continue
             pipe.hset(key, mapping={**mapping, SIGNATURE: signature})  # type: ignore[arg-type,dict-item]
@@ -352,11 +286,11 @@ class HotStore:
         if scope.anchor is not None:
             expr &= Tag("anchor") == ("1" if scope.anchor else "0")
         if scope.occurred_from is not None:
-            expr &= Num("occurred_at") >= _epoch(scope.occurred_from)
+            expr &= Num("occurred_at") >= epoch(scope.occurred_from)
         if scope.occurred_to is not None:
-            expr &= Num("occurred_at") <= _epoch(scope.occurred_to)
+            expr &= Num("occurred_at") <= epoch(scope.occurred_to)
         if scope.older_than is not None:
-            expr &= Num("occurred_at") < _epoch(scope.older_than)
+            expr &= Num("occurred_at") < epoch(scope.older_than)
         return expr
 
     def search(
