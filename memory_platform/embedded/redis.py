@@ -61,6 +61,21 @@ def collect_index_garbage(url: str) -> dict[str, tuple[int, int]]:
 GC_SETTINGS = {"FORK_GC_RUN_INTERVAL": 5, "FORK_GC_CLEAN_THRESHOLD": 1}
 
 
+def apply_gc_settings(url: str) -> None:
+    """Set ``GC_SETTINGS`` on a running server (they apply from its collector's next run). A
+    failure is logged, not raised: only how soon removed documents leave BM25 depends on it."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        for name, value in GC_SETTINGS.items():
+            client.execute_command("FT.CONFIG", "SET", name, value)
+    except redis.RedisError as exc:
+        logger.warning("could not set the hot index collector's settings: %s", exc)
+    finally:
+        client.close()
+
+
 class PortTakenError(RuntimeError):
     """The configured port is used by another program."""
 
@@ -170,6 +185,8 @@ class EmbeddedRedis:
     def start(self, timeout: float = 30.0) -> RedisStatus:
         if self._pid() is not None:
             self._require_password()
+            # A server an earlier release started keeps the collector settings it started with.
+            apply_gc_settings(self.url())
             return self.status()
         # No live process behind the pid file: it is stale (a crash or a reboot); drop it.
         self.pidfile.unlink(missing_ok=True)

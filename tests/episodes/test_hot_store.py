@@ -420,3 +420,18 @@ def test_a_turn_arriving_in_a_long_session_rewrites_only_what_changed(provided):
         provided.tenant.id.hex, vector=None, text="quinces", scope=Scope(states=("active",)), k=5
     )
     assert len(hits) == 2  # the new turn, and the one before it whose window reads it
+
+
+def test_an_embedded_server_started_by_an_earlier_release_gets_the_gc_settings(provided):
+    from django.conf import settings
+
+    from memory_platform.redis_client import get_redis
+
+    client = get_redis()
+    client.execute_command("FT.CONFIG", "SET", "FORK_GC_RUN_INTERVAL", 30)
+    client.execute_command("FT.CONFIG", "SET", "FORK_GC_CLEAN_THRESHOLD", 0)
+    settings.EMBEDDED_REDIS.start()  # already running: `make run` beside a server left running
+    reply = client.execute_command("FT.CONFIG", "GET", "FORK_GC_RUN_INTERVAL")
+    assert _config_value(reply, "FORK_GC_RUN_INTERVAL") == 5
+    reply = client.execute_command("FT.CONFIG", "GET", "FORK_GC_CLEAN_THRESHOLD")
+    assert _config_value(reply, "FORK_GC_CLEAN_THRESHOLD") == 1
