@@ -26,10 +26,9 @@ from .tables import EPISODES, TENANTS, TURNS
 # graphs reaches the tenant's rows; a filtered scan stops after hnsw.max_scan_tuples rows, so in
 # much larger graphs raise this threshold or that setting (docs/decisions/0005).
 EXACT_PACKED_TURNS = 2000
-# A tick moving a tenant's history out of hot changes the split between the tiers within seconds,
-# and a stale split misplaces one tier's text list under the other's until it expires; counting a
-# large tenant's turns takes tens of milliseconds (57 ms for 100k turns here), too much for every
-# search (docs/decisions/0032).
+# Counting a large tenant's turns takes tens of milliseconds (57 ms for 100k turns here), too much
+# for every search. A move between layers has them counted again at once (``turn_counts``); this
+# bounds how long what ingest adds goes uncounted (docs/decisions/0032, 0033).
 PACKED_COUNT_TTL = 10.0
 # Each full-text pass (see `text_search`) ranks at most this many matches: on the approximate plan,
 # and on the exact plan (a small tenant, whose matches are few).

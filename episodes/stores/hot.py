@@ -33,10 +33,6 @@ logger = logging.getLogger(__name__)
 HotUnavailable = (redis.RedisError, OSError)
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def unavailable_reason(exc: BaseException) -> str:
     """What a failed hot-index call means, for a caller."""
     if isinstance(exc, redis.exceptions.OutOfMemoryError):
@@ -216,7 +212,7 @@ class HotStore:
         written = 0
         for (key, mapping), signed in zip(wanted.items(), held, strict=True):
             signature = signature_of(mapping)
-            if signed is not None and _text(signed) == signature:
+            if signed is not None and hot_replies.text(signed) == signature:
                 continue
             pipe.hset(key, mapping={**mapping, SIGNATURE: signature})  # type: ignore[arg-type,dict-item]
             written += 1
