@@ -122,16 +122,38 @@ def has_han(text: str) -> bool:
     return HAN_RUN.search(text) is not None
 
 
+def _with_characters(word: str, dropped: frozenset[str]) -> list[str]:
+    """A Chinese word followed by its characters (but ``dropped``) when it has more than one."""
+    if len(word) < 2:
+        return [word]
+    return [word, *(c for c in word if c not in dropped)]
+
+
+def _terms(run: str, dropped: frozenset[str]) -> list[str]:
+    """A run of Chinese characters as full text reads it: each word but ``dropped``, each followed
+    by its characters. The characters find a word that jieba glued into a longer one ("猫" in
+    "猫叫"), and words built on the same characters ("开销" and "花销", "月均" and "平均"),
+    as Lucene's CJK analysis keeps unigrams beside words; BM25's IDF keeps the common ones light."""
+    return [term for word in _words(run) if word not in dropped for term in _with_characters(word, dropped)]
+
+
 def _segmented(text: str, dropped: frozenset[str]) -> str:
-    """``text`` with every run of Chinese characters replaced by its words but ``dropped``."""
+    """``text`` with every run of Chinese characters replaced by its terms (``_terms``)."""
     if not has_han(text):
         return text
-    return HAN_RUN.sub(lambda m: " " + " ".join(w for w in _words(m.group()) if w not in dropped) + " ", text)
+    return HAN_RUN.sub(lambda m: " " + " ".join(_terms(m.group(), dropped)) + " ", text)
+
+
+def with_characters(segmented: str) -> str:
+    """Text an earlier release segmented into words alone, as ``index_text`` writes it now (each
+    word followed by its characters): for a migration, where the unsegmented text is gone."""
+    return HAN_RUN.sub(lambda m: " ".join(_with_characters(m.group(), frozenset())), segmented)
 
 
 def index_text(text: str) -> str:
-    """``text`` as the full-text indexes read it: every run of Chinese characters segmented into
-    space-separated words; anything else as it is (so text without Chinese is returned unchanged)."""
+    """``text`` as the full-text indexes read it: every run of Chinese characters as its terms
+    (``_terms``: words and their characters, space-separated); anything else as it is (so text
+    without Chinese is returned unchanged)."""
     return _segmented(text, frozenset())
 
 
@@ -143,9 +165,23 @@ def stopwords() -> frozenset[str]:
     return frozenset().union(*(get_stopwords(name) for name in ("english", "russian", "chinese")))
 
 
+#: Characters RediSearch's tokenizer would keep inside a word: any non-ASCII one that is neither a
+#: letter, a digit nor a space (it splits on ASCII punctuation only, so "«отлично»" was one word).
+_UNSPLIT = re.compile(r"[^\w\s\x00-\x7f]")
+
+
+def hot_text(text: str) -> str:
+    """``text`` as the hot index is given it: lower-cased, and non-ASCII punctuation as spaces.
+
+    RediSearch 2.10 folds the case of ASCII letters only (RediSearch issues #814, #2015): a
+    document's "Барсика" or "КАСКО" never met a query, which is lower-cased. ASCII text comes
+    out as RediSearch would have read it anyway."""
+    return _UNSPLIT.sub(" ", text.lower())
+
+
 def query_words(text: str) -> list[str]:
     """A query's words, lower-cased, Chinese segmented, stopwords of any of the languages dropped."""
-    return [w for w in WORD.findall(index_text(text).lower()) if w not in stopwords()]
+    return [w for w in WORD.findall(_segmented(text, stopwords()).lower()) if w not in stopwords()]
 
 
 def query_text(text: str) -> str:

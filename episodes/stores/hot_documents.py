@@ -58,7 +58,7 @@ def episode_documents(episode: Any, docs: Iterable[TurnDoc]) -> dict[str, dict[s
             **base,
             "doctype": keys.DOC_TURN,
             "role": doc.turn.role,
-            "text": doc.text,
+            "text": language.hot_text(doc.text),
             "language": language.REDISEARCH[doc.turn.language],
             "occurred_at": epoch(doc.turn.occurred_at),
             "turn_id": str(doc.turn.pk),

@@ -6,13 +6,14 @@ share a cluster slot and tenants can be spread over a Redis Cluster (DESIGN §1)
 
 from __future__ import annotations
 
-INDEX_BASE = "mp:idx:hot:v4"
+INDEX_BASE = "mp:idx:hot:v5"
 ALGORITHMS = ("FLAT", "HNSW")
 # Per-tenant indexes of earlier versions whose documents hold tag values this version does not
 # filter correctly (raw, not `exact`): dropped with their documents when found; `rebuild_hot`
 # (make run does it on start) indexes the tenants again from Postgres.
 # v3: no per-document language (every document was analysed as English).
-OUTDATED_BASES = ("mp:idx:hot:v2", "mp:idx:hot:v3")
+# v4: text as written, so its capitalised Cyrillic words were never found (`language.hot_text`).
+OUTDATED_BASES = ("mp:idx:hot:v2", "mp:idx:hot:v3", "mp:idx:hot:v4")
 # Earlier hot indexes: one shared by every tenant (v1), under three names over the years. Dropped
 # when found (their documents stay and are indexed again by the tenants' own indexes).
 LEGACY_INDEXES = ("mp:idx:hot:v1", "mp:idx:hot:v1:flat", "mp:idx:hot:v1:hnsw")

@@ -4,7 +4,7 @@ each language in the hot index and in Postgres alike."""
 import pytest
 from django.utils import timezone
 
-from episodes.language import Language, detect, index_text, language_of, query_words
+from episodes.language import Language, detect, hot_text, index_text, language_of, query_words, with_characters
 from episodes.models import Episode, Turn
 from lifecycle.models import policy_for
 from lifecycle.services import episode_pack
@@ -16,6 +16,9 @@ from .test_search import turns
 
 RUSSIAN = "Мы решили перенести релиз на 15 декабря из-за бага в платёжном модуле"
 CHINESE = "我们决定使用PostgreSQL作为主数据库，Redis作为缓存"
+# Capitalised Cyrillic, a word in guillemets, and a Chinese word glued into a longer one by jieba.
+RUSSIAN_CAPS = "Ветеринар сказал: у Барсика «хроническая» болезнь почек. КАСКО продлим в марте"
+CHINESE_CAT = "李娜的猫叫咪咪"
 OTHERS = [
     "the quarterly report is due on friday, finance wants the numbers early",
     "we moved the standup to ten so the design team can join",
@@ -46,12 +49,28 @@ def test_the_callers_language_wins_then_the_tenants_then_the_script():
     assert language_of("12:30") == "en"
 
 
-def test_chinese_is_read_as_words_and_other_text_is_left_as_it_is():
+def test_chinese_is_read_as_words_and_their_characters_and_other_text_is_left_as_it_is():
     words = index_text(CHINESE).split()
     assert {"数据库", "数据", "PostgreSQL", "缓存"} <= set(words)
+    # Each word is followed by its characters: "猫" is found inside "猫叫", which jieba keeps whole.
+    assert index_text("李娜的猫叫咪咪").split() == ["李娜", "李", "娜", "的", "猫叫", "猫", "叫", "咪咪", "咪", "咪"]
     assert index_text(RUSSIAN) == RUSSIAN
-    # Query words: stopwords of every language go ("的", "и", "the").
-    assert query_words("的 数据库 и the Платёжный") == ["数据", "据库", "数据库", "платёжный"]
+    # Query words: stopwords of every language go ("的", "и", "the"), and so do stopword
+    # characters ("据").
+    assert query_words("的 数据库 и the Платёжный") == ["数据", "数", "据库", "库", "数据库", "数", "库", "платёжный"]
+
+
+def test_text_an_earlier_release_segmented_gets_the_characters_index_text_gives_now():
+    earlier = " 李娜 的 猫叫 咪咪 \n 我们 决定 使用 PostgreSQL"
+    assert with_characters(earlier).split() == index_text("李娜的猫叫咪咪\n我们决定使用PostgreSQL").split()
+
+
+def test_the_hot_index_is_given_lower_case_text_split_at_any_punctuation():
+    # RediSearch 2.10 folds ASCII letters only, and splits at ASCII punctuation only.
+    assert hot_text("У Барсика «хроническая» болезнь; КАСКО — 70 тысяч. Café") == (
+        "у барсика  хроническая  болезнь; каско   70 тысяч. café"
+    )
+    assert hot_text("Let's ship it, Bob!") == "let's ship it, bob!"
 
 
 def text_ranks(tenant, query):
@@ -69,7 +88,8 @@ def text_ranks(tenant, query):
 def test_chinese_and_russian_turns_are_found_by_their_words_in_every_layer(caller, layer):
     ids = {
         name: pk(turns(caller, name, [text, "ok"])["episode_ids"][0])
-        for name, text in [("ru", RUSSIAN), ("zh", CHINESE)] + [(f"o{i}", t) for i, t in enumerate(OTHERS)]
+        for name, text in [("ru", RUSSIAN), ("zh", CHINESE), ("ru_caps", RUSSIAN_CAPS), ("zh_cat", CHINESE_CAT)]
+        + [(f"o{i}", t) for i, t in enumerate(OTHERS)]
     }
     assert dict(Turn.objects.filter(text__in=[RUSSIAN, CHINESE]).values_list("text", "language")) == {
         RUSSIAN: "ru",
@@ -91,6 +111,12 @@ def test_chinese_and_russian_turns_are_found_by_their_words_in_every_layer(calle
     assert text_ranks(tenant, "о платежных модулях")[0][0] == ids["ru"]
     assert text_ranks(tenant, "数据")[0][0] == ids["zh"]
     assert text_ranks(tenant, "релизы")[0][0] == ids["ru"]
+    # A capitalised word by a lower-case query (the hot index folds Cyrillic case only as given it),
+    # a word in guillemets, and a Chinese character jieba had glued into a word.
+    assert text_ranks(tenant, "каско")[0][0] == ids["ru_caps"]
+    assert text_ranks(tenant, "барсику")[0][0] == ids["ru_caps"]
+    assert text_ranks(tenant, "хроническая")[0][0] == ids["ru_caps"]
+    assert text_ranks(tenant, "猫")[0][0] == ids["zh_cat"]
     # Words of neither text find neither.
     assert not {ids["ru"], ids["zh"]} & {e for e, _ in text_ranks(tenant, "出差 酒店")}
 

@@ -1,0 +1,71 @@
+"""Chinese full text reads each word's characters beside the word (``language.index_text``,
+docs/decisions/0034).
+
+1. Turns holding Chinese get their ``index_text`` again from their text.
+2. Packed turns of those episodes are written again, so that the trigger of migration 0014
+   recomputes their windows, which read their neighbours' ``index_text``.
+3. Episodes whose ``search_text`` holds Chinese get each word's characters after the word
+   (``language.with_characters``: a packed episode's unsegmented text is gone); the trigger of
+   migration 0017 recomputes their ``search_vector``.
+
+Each batch of ``BATCH`` rows is its own transaction, so writers wait for row locks briefly (as in
+migration 0017). The hot index is written again by ``rebuild_hot`` (its version changed with the
+case folding of the same release). The reverse leaves the characters: an earlier release reads
+them as more words, and every word it looks for is still there.
+"""
+
+from django.db import migrations
+
+BATCH = 250
+HAN = r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
+
+
+def add_characters(apps, schema_editor):
+    from episodes.language import index_text, with_characters
+
+    Turn = apps.get_model("episodes", "Turn")
+    Episode = apps.get_model("episodes", "Episode")
+    last = 0
+    while True:
+        batch = list(
+            Turn.objects.filter(pk__gt=last, index_text__isnull=False)
+            .order_by("pk")
+            .only("pk", "text")[:BATCH]
+        )
+        if not batch:
+            break
+        for turn in batch:
+            turn.index_text = index_text(turn.text)
+        Turn.objects.bulk_update(batch, ["index_text"])
+        last = batch[-1].pk
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT episode_id FROM episodes_turn WHERE packed AND index_text IS NOT NULL ORDER BY 1"
+        )
+        episodes = [row[0] for row in cursor.fetchall()]
+        for start in range(0, len(episodes), BATCH):
+            cursor.execute(
+                "UPDATE episodes_turn SET packed = true WHERE packed AND episode_id = ANY(%s)",
+                [episodes[start : start + BATCH]],
+            )
+    last = 0
+    while True:
+        batch = list(
+            Episode.objects.filter(pk__gt=last, search_text__regex=HAN)
+            .order_by("pk")
+            .only("pk", "search_text")[:BATCH]
+        )
+        if not batch:
+            break
+        for episode in batch:
+            episode.search_text = with_characters(episode.search_text)
+        Episode.objects.bulk_update(batch, ["search_text"])
+        last = batch[-1].pk
+
+
+class Migration(migrations.Migration):
+    atomic = False  # the batches commit one by one
+
+    dependencies = [("episodes", "0018_episode_entities_gin")]
+
+    operations = [migrations.RunPython(add_characters, migrations.RunPython.noop)]
