@@ -20,24 +20,24 @@ BATCH = 250
 HAN = r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
 
 
+def _rewrite(model, condition: dict, read: str, field: str, compute) -> None:
+    """``field`` of every row matching ``condition`` set to ``compute`` of its ``read`` field,
+    a batch of ``BATCH`` rows per transaction."""
+    last = 0
+    while True:
+        batch = list(model.objects.filter(pk__gt=last, **condition).order_by("pk").only("pk", read)[:BATCH])
+        if not batch:
+            return
+        for row in batch:
+            setattr(row, field, compute(getattr(row, read)))
+        model.objects.bulk_update(batch, [field])
+        last = batch[-1].pk
+
+
 def add_characters(apps, schema_editor):
     from episodes.language import index_text, with_characters
 
-    Turn = apps.get_model("episodes", "Turn")
-    Episode = apps.get_model("episodes", "Episode")
-    last = 0
-    while True:
-        batch = list(
-            Turn.objects.filter(pk__gt=last, index_text__isnull=False)
-            .order_by("pk")
-            .only("pk", "text")[:BATCH]
-        )
-        if not batch:
-            break
-        for turn in batch:
-            turn.index_text = index_text(turn.text)
-        Turn.objects.bulk_update(batch, ["index_text"])
-        last = batch[-1].pk
+    _rewrite(apps.get_model("episodes", "Turn"), {"index_text__isnull": False}, "text", "index_text", index_text)
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(
             "SELECT DISTINCT episode_id FROM episodes_turn WHERE packed AND index_text IS NOT NULL ORDER BY 1"
@@ -48,19 +48,13 @@ def add_characters(apps, schema_editor):
                 "UPDATE episodes_turn SET packed = true WHERE packed AND episode_id = ANY(%s)",
                 [episodes[start : start + BATCH]],
             )
-    last = 0
-    while True:
-        batch = list(
-            Episode.objects.filter(pk__gt=last, search_text__regex=HAN)
-            .order_by("pk")
-            .only("pk", "search_text")[:BATCH]
-        )
-        if not batch:
-            break
-        for episode in batch:
-            episode.search_text = with_characters(episode.search_text)
-        Episode.objects.bulk_update(batch, ["search_text"])
-        last = batch[-1].pk
+    _rewrite(
+        apps.get_model("episodes", "Episode"),
+        {"search_text__regex": HAN},
+        "search_text",
+        "search_text",
+        with_characters,
+    )
 
 
 class Migration(migrations.Migration):

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +26,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import numpy as np
 from django.conf import settings
 from django.db import OperationalError, connection
+from django.db.models import Count
 from django.utils import timezone
 
 from episodes.indexing import turn_documents
@@ -43,15 +45,21 @@ from .text import sentence
 BATCH = 2000
 
 
+def planned_layers(size: int, hot_quota: int) -> list[str]:
+    """The layer of each of a load's ``size`` episodes, oldest first: the newest ``hot_quota`` hot
+    (the policy bounds the hot tier), the rest packed, two warm for one cold."""
+    hot_from = size - min(size, hot_quota)
+    return ["hot" if i >= hot_from else ("warm" if i % 3 else "cold") for i in range(size)]
+
+
 def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None]) -> tuple[Tenant, np.ndarray]:
-    """The newest ``hot_quota`` episodes hot (the policy bounds the hot tier), the rest packed:
-    warm up to ``cold_days`` old, cold beyond, as the lifecycle would leave them."""
+    """A tenant of ``size`` episodes of one turn each, laid out by ``planned_layers``."""
     from lifecycle.models import policy_for
 
     # A `local` tenant, so a query without a vector is embedded by the server; the load itself
     # writes precomputed vectors (own and window) so no model runs while loading.
     tenant = tenant_create(name=f"bench-search-{size}-{uuid.uuid4().hex[:6]}", embedder="local")
-    hot_from = size - min(size, int(policy_for(tenant).hot_quota))
+    planned = planned_layers(size, int(policy_for(tenant).hot_quota))
     topics = rng.normal(size=(max(10, size // 50), EMBEDDING_DIM)).astype(np.float32)
     now = timezone.now()
     start = now - timedelta(days=200)
@@ -65,9 +73,7 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
         vectors_all[offset : offset + n] = vectors
         texts = [f"note {offset + i}: " + sentence(rng, 20) for i in range(n)]
         when = [start + timedelta(seconds=(200 * 86400 // size) * (offset + i)) for i in range(n)]
-        layers = [
-            "hot" if offset + i >= hot_from else ("warm" if (offset + i) % 3 else "cold") for i in range(n)
-        ]
+        layers = planned[offset : offset + n]
         episodes = Episode.objects.bulk_create(
             [
                 Episode(
@@ -252,13 +258,33 @@ def measure_http(
     return times
 
 
-def reuse_tenant(size: int) -> tuple[Tenant, np.ndarray] | None:
-    """A bench tenant of this size kept by an earlier `--keep` run, with its episode vectors."""
+def reuse_tenant(size: int, log: Callable[[str], None]) -> tuple[Tenant, np.ndarray] | None:
+    """A bench tenant of this size kept by an earlier `--keep` run, with its episode vectors, if it
+    is still laid out as it was loaded. A scheduler's tick (`make run`'s worker ticks every
+    tenant) moves a kept tenant's episodes out of hot, and a search over it then measures another
+    mixture of tiers than the one the table names."""
+    from lifecycle.models import policy_for
+
     for tenant in Tenant.objects.filter(name__startswith=f"bench-search-{size}-").order_by("-created_at"):
         vectors = list(Episode.objects.filter(tenant=tenant).values_list("embedding", flat=True)[:size])
-        if len(vectors) == size:
-            return tenant, np.asarray(vectors, dtype=np.float32)
+        if len(vectors) != size:
+            continue
+        planned = Counter(planned_layers(size, int(policy_for(tenant).hot_quota)))
+        found = Counter(
+            dict(Episode.objects.filter(tenant=tenant).values_list("layer").annotate(n=Count("id")))
+        )
+        if found != planned:
+            log(
+                f"not reusing {tenant.name}: its layers changed since it was loaded "
+                f"({_layers(found)} instead of {_layers(planned)})"
+            )
+            continue
+        return tenant, np.asarray(vectors, dtype=np.float32)
     return None
+
+
+def _layers(counts: Counter[str]) -> str:
+    return ", ".join(f"{counts[layer]} {layer}" for layer in ("hot", "warm", "cold"))
 
 
 def run_search_bench(
@@ -271,7 +297,7 @@ def run_search_bench(
     server = Server()
     try:
         for size in sizes:
-            kept = reuse_tenant(size) if reuse else None
+            kept = reuse_tenant(size, log) if reuse else None
             if kept is not None:
                 tenant, vectors = kept
                 log(f"reusing {tenant.name} ({size} episodes)")

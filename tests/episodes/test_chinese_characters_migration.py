@@ -45,7 +45,10 @@ def test_the_migration_gives_earlier_chinese_rows_their_characters():
     caller = Caller("zh-characters")
     body = caller.post(
         "/api/v1/turns",
-        {"session_id": "s", "turns": [{"role": "user", "text": CAT}, {"role": "assistant", "text": "好可爱"}]},
+        {
+            "session_id": "s",
+            "turns": [{"role": "user", "text": CAT}, {"role": "assistant", "text": "好可爱"}],
+        },
     ).json()
     episode_id = pk(body["episode_ids"][0])
     episode_pack(tenant=caller.tenant, episode_id=episode_id, layer="warm", now=timezone.now(), actor="test")
@@ -58,7 +61,9 @@ def test_the_migration_gives_earlier_chinese_rows_their_characters():
     for turn in Turn.objects.filter(episode_id=episode_id):
         Turn.objects.filter(pk=turn.pk).update(index_text=words_alone(turn.text))
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE episodes_turn SET packed = true WHERE packed AND episode_id = %s", [episode_id])
+        cursor.execute(
+            "UPDATE episodes_turn SET packed = true WHERE packed AND episode_id = %s", [episode_id]
+        )
     Episode.objects.filter(pk=episode_id).update(search_text=without_characters(search_text_now))
     window = "SELECT window_vector FROM episodes_turn WHERE episode_id = %s"
     assert "'猫'" not in lexemes(window, [episode_id])
@@ -71,7 +76,9 @@ def test_the_migration_gives_earlier_chinese_rows_their_characters():
     # Both vectors were computed again by their triggers: the first turn's window holds "猫"
     # from its own text, the second's from its neighbour's.
     with connection.cursor() as cursor:
-        cursor.execute("SELECT window_vector FROM episodes_turn WHERE episode_id = %s ORDER BY seq", [episode_id])
+        cursor.execute(
+            "SELECT window_vector FROM episodes_turn WHERE episode_id = %s ORDER BY seq", [episode_id]
+        )
         assert all("'猫'" in str(row[0]) for row in cursor.fetchall())
     assert "'猫'" in lexemes("SELECT search_vector FROM episodes_episode WHERE id = %s", [episode_id])
     found = caller.post("/api/v1/search", {"query": "猫"}).json()["results"]

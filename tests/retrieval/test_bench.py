@@ -33,3 +33,26 @@ def test_bench_search_measures_every_path_and_leaves_nothing_behind(monkeypatch)
         assert row["episodes"] == 300 and row["queries"] == 10
         assert 0 < row["p50"] <= row["p95"] <= row["p99"]
     assert Tenant.objects.count() == tenants  # the loaded tenant is dropped
+
+
+def test_a_kept_tenant_is_reused_only_while_its_layers_are_as_loaded(monkeypatch):
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "memory_platform.settings")
+    from episodes.models import Episode
+
+    def bench(*flags: str) -> str:
+        out = io.StringIO()
+        call_command("bench", "search", "--sizes", "300", "--queries", "5", *flags, stdout=out)
+        return out.getvalue()
+
+    bench("--keep")
+    kept = Tenant.objects.get(name__startswith="bench-search-300-")
+    assert f"reusing {kept.name}" in bench("--reuse")
+    # A tick beside `make run` moves episodes out of hot: the tenant no longer is what was loaded.
+    Episode.objects.filter(tenant=kept, pk__in=Episode.objects.filter(tenant=kept).values("pk")[:10]).update(
+        layer="warm"
+    )
+    log = bench("--reuse")
+    assert f"not reusing {kept.name}: its layers changed since it was loaded (290 hot, 10 warm, 0 cold" in log
+    assert "loading 300 episodes" in log
+    assert list(Tenant.objects.filter(name__startswith="bench-search-300-")) == [kept]  # the new one dropped
+    kept.delete()

@@ -4,7 +4,15 @@ each language in the hot index and in Postgres alike."""
 import pytest
 from django.utils import timezone
 
-from episodes.language import Language, detect, hot_text, index_text, language_of, query_words, with_characters
+from episodes.language import (
+    Language,
+    detect,
+    hot_text,
+    index_text,
+    language_of,
+    query_words,
+    with_characters,
+)
 from episodes.models import Episode, Turn
 from lifecycle.models import policy_for
 from lifecycle.services import episode_pack
@@ -53,11 +61,31 @@ def test_chinese_is_read_as_words_and_their_characters_and_other_text_is_left_as
     words = index_text(CHINESE).split()
     assert {"数据库", "数据", "PostgreSQL", "缓存"} <= set(words)
     # Each word is followed by its characters: "猫" is found inside "猫叫", which jieba keeps whole.
-    assert index_text("李娜的猫叫咪咪").split() == ["李娜", "李", "娜", "的", "猫叫", "猫", "叫", "咪咪", "咪", "咪"]
+    assert index_text("李娜的猫叫咪咪").split() == [
+        "李娜",
+        "李",
+        "娜",
+        "的",
+        "猫叫",
+        "猫",
+        "叫",
+        "咪咪",
+        "咪",
+        "咪",
+    ]
     assert index_text(RUSSIAN) == RUSSIAN
     # Query words: stopwords of every language go ("的", "и", "the"), and so do stopword
     # characters ("据").
-    assert query_words("的 数据库 и the Платёжный") == ["数据", "数", "据库", "库", "数据库", "数", "库", "платёжный"]
+    assert query_words("的 数据库 и the Платёжный") == [
+        "数据",
+        "数",
+        "据库",
+        "库",
+        "数据库",
+        "数",
+        "库",
+        "платёжный",
+    ]
 
 
 def test_text_an_earlier_release_segmented_gets_the_characters_index_text_gives_now():
@@ -88,7 +116,12 @@ def text_ranks(tenant, query):
 def test_chinese_and_russian_turns_are_found_by_their_words_in_every_layer(caller, layer):
     ids = {
         name: pk(turns(caller, name, [text, "ok"])["episode_ids"][0])
-        for name, text in [("ru", RUSSIAN), ("zh", CHINESE), ("ru_caps", RUSSIAN_CAPS), ("zh_cat", CHINESE_CAT)]
+        for name, text in [
+            ("ru", RUSSIAN),
+            ("zh", CHINESE),
+            ("ru_caps", RUSSIAN_CAPS),
+            ("zh_cat", CHINESE_CAT),
+        ]
         + [(f"o{i}", t) for i, t in enumerate(OTHERS)]
     }
     assert dict(Turn.objects.filter(text__in=[RUSSIAN, CHINESE]).values_list("text", "language")) == {
