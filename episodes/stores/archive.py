@@ -147,14 +147,28 @@ def vector_candidates(
     args: list[Any] = []
     if raw_turns:
         # The turns of packed episodes keep their own embeddings (the raw log is never packed).
-        blended = "coalesce(t.embedding + t.context_embedding, t.embedding)"
-        order = f"({blended} <=> %s::vector)" if exact else "(t.embedding <=> %s::vector)"
-        parts.append(
-            f"(SELECT t.episode_id, t.id, {blended} FROM {TURNS} t JOIN {EPISODES} e ON e.id = t.episode_id "
-            f"WHERE t.packed AND t.embedding IS NOT NULL AND t.tenant_id = %s AND {where} "
-            f"ORDER BY {order} LIMIT %s)"
+        blended = "coalesce({t}.embedding + {t}.context_embedding, {t}.embedding)"
+        packed = (
+            f"FROM {TURNS} t JOIN {EPISODES} e ON e.id = t.episode_id "
+            f"WHERE t.packed AND t.embedding IS NOT NULL AND t.tenant_id = %s AND {where}"
         )
-        args.extend([tenant_id, *params, literal, RESCORED * k])
+        if exact:
+            parts.append(
+                f"(SELECT t.episode_id, t.id, {blended.format(t='t')} {packed} "
+                f"ORDER BY ({blended.format(t='t')} <=> %s::vector) LIMIT %s)"
+            )
+            args.extend([tenant_id, *params, literal, RESCORED * k])
+        else:
+            # The nearest by their own embedding first, and only theirs blended: when Postgres
+            # sorts the tenant's rows rather than walking the graph, reading every row's second
+            # vector (out of line, TOAST) was a third of the statement (36 -> 25 ms at 5,000
+            # packed turns; docs/decisions/0034).
+            parts.append(
+                f"(SELECT n.episode_id, n.id, {blended.format(t='n')} FROM (SELECT t.episode_id, t.id, "
+                f"t.embedding, t.context_embedding, t.embedding <=> %s::vector AS distance {packed} "
+                f"ORDER BY distance LIMIT %s) n)"
+            )
+            args.extend([literal, tenant_id, *params, RESCORED * k])
     if shapes:
         # "+ 0" keeps the planner off the HNSW index where the ranking must be exact.
         distance = "+ 0" if exact else ""
