@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from episodes import shapes
+from episodes.language import query_language
 from episodes.models import Episode, Layer, State
 from episodes.scope import ALL_LAYERS, Scope
 from episodes.services import EpisodeNotFound
@@ -113,7 +114,7 @@ def query_vector(tenant: Tenant, query: SearchQuery) -> tuple[np.ndarray | None,
     if query.vector is not None:
         return query.vector, ""
     embedder = embedder_for(tenant)
-    if not embedder.computes or not query.text.strip():
+    if not embedder.computes or not query.text.strip() or query_language(query.text) in embedder.unread:
         return None, ""
     try:
         return embedder.embed_one(query.text), ""

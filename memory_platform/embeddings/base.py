@@ -23,6 +23,9 @@ class Embedder(ABC):
     dim: int = int(DEFAULTS["EMBEDDING_DIM"])
     #: False when the caller must send vectors (the ``provided`` embedder).
     computes: bool = True
+    #: Languages (``episodes.language`` codes) whose queries it is not asked to embed: its vectors
+    #: of them would only add noise, and search ranks such queries by full text alone.
+    unread: frozenset[str] = frozenset()
 
     @property
     def model_id(self) -> str:

@@ -31,6 +31,9 @@ class LocalEmbedder(Embedder):
     name = "local"
     dim = 384
     model_id = "sentence-transformers/all-MiniLM-L6-v2"  # type: ignore[assignment]
+    # An English model. Fused with its vectors, Chinese queries ranked worse on every measure
+    # than by full text alone; Russian ones found more paraphrases (docs/decisions/0034).
+    unread = frozenset({"zh"})
 
     def __init__(self) -> None:
         self._model: Any = None

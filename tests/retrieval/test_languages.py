@@ -192,3 +192,25 @@ def test_an_outsider_finds_nothing_of_anothers_chinese_or_russian(caller, outsid
     for query in ("数据库", "платёжный модуль", "PostgreSQL"):
         assert outsider.post("/api/v1/search", {"query": query}).json()["results"] == []
         assert text_ranks(outsider.tenant, query) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_local_model_is_not_asked_to_embed_a_chinese_query(caller):
+    turns(caller, "zh", [CHINESE, "好的"])
+    turns(caller, "ru", [RUSSIAN, "Понятно"])
+
+    def vector_ranks(query):
+        found = search(
+            tenant=caller.tenant,
+            query=SearchQuery(text=query, explain=True, record_access=False),
+            now=timezone.now(),
+        )
+        assert not found.degraded  # by design, not for want of a vector
+        return [h.explain["vector_rank"] for h in found.hits]
+
+    # Its vectors of Chinese only added noise to the fused ranking (docs/decisions/0034): a Chinese
+    # query is ranked by full text alone, and finds by it.
+    assert vector_ranks("数据库") == [None]
+    # Russian and English queries are embedded: every episode comes through the vector list.
+    assert all(rank is not None for rank in vector_ranks("платёжный модуль"))
+    assert all(rank is not None for rank in vector_ranks("payment module"))
