@@ -132,7 +132,7 @@ def _with_characters(word: str, dropped: frozenset[str]) -> list[str]:
 def _terms(run: str, dropped: frozenset[str]) -> list[str]:
     """A run of Chinese characters as full text reads it: each word but ``dropped``, each followed
     by its characters. The characters find a word that jieba glued into a longer one ("猫" in
-    "猫叫"), and words built on the same characters ("开销" and "花销", "月均" and "平均"),
+    "猫叫"), and words built on the same characters ("总共" and "一共", "月均" and "平均"),
     as Lucene's CJK analysis keeps unigrams beside words; BM25's IDF keeps the common ones light."""
     return [term for word in _words(run) if word not in dropped for term in _with_characters(word, dropped)]
 

@@ -108,7 +108,9 @@ def query_embedded(tenant: Tenant) -> bool:
 
 def query_vector(tenant: Tenant, query: SearchQuery) -> tuple[np.ndarray | None, str]:
     """The query's vector (the caller's, or the tenant's embedder's), and why there is none
-    when the embedder failed ("" otherwise): the search then answers from full text, degraded."""
+    when the embedder failed ("" otherwise): the search then answers from full text, degraded.
+    A query in a language the embedder does not read (``Embedder.unread``) gets none, and no
+    reason: full text alone ranks it, by design."""
     if query.text_only:
         return None, ""
     if query.vector is not None:

@@ -161,7 +161,7 @@ def vector_candidates(
         else:
             # The nearest by their own embedding first, and only theirs blended: when Postgres
             # sorts the tenant's rows rather than walking the graph, reading every row's second
-            # vector (out of line, TOAST) was a third of the statement (36 -> 25 ms at 5,000
+            # vector (out of line, TOAST) was a third of the statement (36 -> 26 ms at 5,000
             # packed turns; docs/decisions/0034).
             parts.append(
                 f"(SELECT n.episode_id, n.id, {blended.format(t='n')} FROM (SELECT t.episode_id, t.id, "
