@@ -109,20 +109,28 @@ def query_embedded(tenant: Tenant) -> bool:
 def query_vector(tenant: Tenant, query: SearchQuery) -> tuple[np.ndarray | None, str]:
     """The query's vector (the caller's, or the tenant's embedder's), and why there is none
     when the embedder failed ("" otherwise): the search then answers from full text, degraded.
-    A query in a language the embedder does not read (``Embedder.unread``) gets none, and no
-    reason: full text alone ranks it, by design."""
+    A query in a language the embedder does not read is embedded only for ``min_score``."""
     if query.text_only:
         return None, ""
     if query.vector is not None:
         return query.vector, ""
     embedder = embedder_for(tenant)
-    if not embedder.computes or not query.text.strip() or query_language(query.text) in embedder.unread:
+    if not embedder.computes or not query.text.strip():
+        return None, ""
+    if query.min_score is None and not _ranks_by_vector(tenant, query):
         return None, ""
     try:
         return embedder.embed_one(query.text), ""
     except EmbeddingError as exc:
         logger.warning("query embedding failed, searching text only: %s", exc)
         return None, f"{exc}; answered from full text"
+
+
+def _ranks_by_vector(tenant: Tenant, query: SearchQuery) -> bool:
+    """Whether the query's vector takes part in the ranking: a caller's always; the embedder's
+    unless the query is in a language it does not read (``Embedder.unread``), which full text
+    alone ranks, by design (docs/decisions/0034)."""
+    return query.vector is not None or query_language(query.text) not in embedder_for(tenant).unread
 
 
 def search(
@@ -151,6 +159,7 @@ def search(
     # take the same cores (docs/decisions/0004).
     vector, reason = query_vector(tenant, query)
     degraded = bool(reason)
+    ranking = vector if _ranks_by_vector(tenant, query) else None  # ``vector`` still serves min_score
     tiers_of = functools.partial(
         Tiers,
         tenant,
@@ -162,7 +171,7 @@ def search(
     )
     tiers = tiers_of(hot=search_hot, archive_layers=archive_layers, missed=missed)
     try:
-        fusion = tiers.fuse(vector, text)
+        fusion = tiers.fuse(ranking, text)
     except HotUnavailable as exc:
         # A Redis still loading its data answers LOADING, which redis-py raises as
         # BusyLoadingError (a RedisError): it lands here like an outage.
@@ -170,7 +179,7 @@ def search(
         degraded = outage = True
         reason = "; ".join(filter(None, [reason, f"{unavailable_reason(exc)}; answered from Postgres"]))
         tiers = tiers_of(hot=False, archive_layers=tuple(layers), missed=[])
-        fusion = tiers.fuse(vector, text)
+        fusion = tiers.fuse(ranking, text)
     matched, episode_relevance, explain = fusion.turns, fusion.relevance, fusion.explain
     follow = weights.hops if query.hops is None else query.hops
     hopped = hops.one_hop(tenant, episode_relevance, query.scope, weights.hop_weight) if follow else {}
@@ -187,9 +196,9 @@ def search(
     # A time the query names lifts the episodes of that time (never a filter).
     timed = when.windows(query.text, now) if weights.time and query.text else []
     ranked = rank_candidates(tenant, episode_relevance, query.limit, weights, timed)
-    if degraded and vector is not None:
+    if degraded and ranking is not None:
         hot_ids = [pk for pk, row in ranked.items() if row.layer == Layer.HOT]
-        for episode_id, sims in rows.turn_similarities(tenant, hot_ids, vector).items():
+        for episode_id, sims in rows.turn_similarities(tenant, hot_ids, ranking).items():
             base = episode_relevance[episode_id]
             matched[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
 

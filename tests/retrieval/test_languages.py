@@ -199,18 +199,24 @@ def test_the_local_model_is_not_asked_to_embed_a_chinese_query(caller):
     turns(caller, "zh", [CHINESE, "好的"])
     turns(caller, "ru", [RUSSIAN, "Понятно"])
 
-    def vector_ranks(query):
-        found = search(
+    def found(query, **options):
+        result = search(
             tenant=caller.tenant,
-            query=SearchQuery(text=query, explain=True, record_access=False),
+            query=SearchQuery(text=query, explain=True, record_access=False, **options),
             now=timezone.now(),
         )
-        assert not found.degraded  # by design, not for want of a vector
-        return [h.explain["vector_rank"] for h in found.hits]
+        assert not result.degraded  # by design, not for want of a vector
+        return result.hits
+
+    def vector_ranks(query):
+        return [h.explain["vector_rank"] for h in found(query)]
 
     # Its vectors of Chinese only added noise to the fused ranking (docs/decisions/0034): a Chinese
     # query is ranked by full text alone, and finds by it.
     assert vector_ranks("数据库") == [None]
+    # With min_score it is embedded, for the threshold only: the ranking is the same.
+    kept = found("数据库", min_score=-1.0)
+    assert [h.explain["vector_rank"] for h in kept] == [None] and kept[0].similarity is not None
     # Russian and English queries are embedded: every episode comes through the vector list.
     assert all(rank is not None for rank in vector_ranks("платёжный модуль"))
     assert all(rank is not None for rank in vector_ranks("payment module"))
