@@ -181,7 +181,7 @@ def hot_text(text: str) -> str:
 
 def query_words(text: str) -> list[str]:
     """A query's words, lower-cased, Chinese segmented, stopwords of any of the languages dropped."""
-    return [w for w in WORD.findall(_segmented(text, stopwords()).lower()) if w not in stopwords()]
+    return [w for w in WORD.findall(query_text(text).lower()) if w not in stopwords()]
 
 
 def query_text(text: str) -> str:

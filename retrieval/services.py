@@ -106,10 +106,11 @@ def query_embedded(tenant: Tenant) -> bool:
     return embedder_for(tenant).computes
 
 
-def query_vector(tenant: Tenant, query: SearchQuery) -> tuple[np.ndarray | None, str]:
+def query_vector(tenant: Tenant, query: SearchQuery, *, ranks: bool = True) -> tuple[np.ndarray | None, str]:
     """The query's vector (the caller's, or the tenant's embedder's), and why there is none
     when the embedder failed ("" otherwise): the search then answers from full text, degraded.
-    A query in a language the embedder does not read is embedded only for ``min_score``."""
+    ``ranks``: whether the vector takes part in the ranking (``_ranks_by_vector``); when it does
+    not, the query is embedded only for ``min_score``."""
     if query.text_only:
         return None, ""
     if query.vector is not None:
@@ -117,7 +118,7 @@ def query_vector(tenant: Tenant, query: SearchQuery) -> tuple[np.ndarray | None,
     embedder = embedder_for(tenant)
     if not embedder.computes or not query.text.strip():
         return None, ""
-    if query.min_score is None and not _ranks_by_vector(tenant, query):
+    if not ranks and query.min_score is None:
         return None, ""
     try:
         return embedder.embed_one(query.text), ""
@@ -157,9 +158,10 @@ def search(
     text = query.text if query.text.strip() else None
     # The query is embedded first: on 2 cores the model's threads and concurrent searches would
     # take the same cores (docs/decisions/0004).
-    vector, reason = query_vector(tenant, query)
+    ranks = _ranks_by_vector(tenant, query)
+    vector, reason = query_vector(tenant, query, ranks=ranks)
     degraded = bool(reason)
-    ranking = vector if _ranks_by_vector(tenant, query) else None  # ``vector`` still serves min_score
+    ranking = vector if ranks else None  # ``vector`` still serves min_score
     tiers_of = functools.partial(
         Tiers,
         tenant,

@@ -266,20 +266,20 @@ def reuse_tenant(size: int, log: Callable[[str], None]) -> tuple[Tenant, np.ndar
     from lifecycle.models import policy_for
 
     for tenant in Tenant.objects.filter(name__startswith=f"bench-search-{size}-").order_by("-created_at"):
-        vectors = list(Episode.objects.filter(tenant=tenant).values_list("embedding", flat=True)[:size])
-        if len(vectors) != size:
-            continue
-        planned = Counter(planned_layers(size, int(policy_for(tenant).hot_quota)))
         found = Counter(
             dict(Episode.objects.filter(tenant=tenant).values_list("layer").annotate(n=Count("id")))
         )
+        if found.total() != size:
+            continue
+        planned = Counter(planned_layers(size, int(policy_for(tenant).hot_quota)))
         if found != planned:
             log(
                 f"not reusing {tenant.name}: its layers changed since it was loaded "
                 f"({_layers(found)} instead of {_layers(planned)})"
             )
             continue
-        return tenant, np.asarray(vectors, dtype=np.float32)
+        vectors = Episode.objects.filter(tenant=tenant).values_list("embedding", flat=True)
+        return tenant, np.asarray(list(vectors), dtype=np.float32)
     return None
 
 
