@@ -59,10 +59,13 @@ def steps(worlds: dict[str, World]) -> st.SearchStrategy[tuple[str, dict[str, An
     """Steps (operation, parameters) any tenant may send, with ids and values of all three."""
     # An episode of some tenant: by its public id (as shown, or in lower case) or by its old
     # integer id, which the API still takes.
-    episode_ids = sorted(i for w in worlds.values() for i in w.originals)
-    legacy_ids = sorted(w.pks[i] for w in worlds.values() for i in w.originals)
-    turn_ids = sorted(i for w in worlds.values() for i in w.turn_ids)
-    turn_pks = sorted(i for w in worlds.values() for i in w.turn_pks)
+    # Each list in the order the worlds were written, not sorted: public ids are random, and sorted
+    # they would give a draw another owner on every run (and an action its own ids 3 times or 9).
+    ordered = [worlds[label] for label in sorted(worlds)]
+    episode_ids = [i for w in ordered for i in w.originals]
+    legacy_ids = [w.pks[i] for w in ordered for i in w.originals]
+    turn_ids = [i for w in ordered for i in w.turn_ids]
+    turn_pks = [i for w in ordered for i in w.turn_pks]
     shown = st.sampled_from(episode_ids)
     some_episode = st.one_of(shown, shown, shown.map(str.lower), st.sampled_from(legacy_ids))
     any_id = st.one_of(

@@ -250,10 +250,15 @@ def build_world(label: str, seed: int) -> World:
         assert response.status_code == 201, response.content
     links = Link.objects.filter(tenant=world.tenant)
     world.fixed_links = set(links.values_list("src__public_id", "dst__public_id", "kind"))
-    for public_id in Episode.objects.filter(tenant=world.tenant).values_list("public_id", flat=True):
+    # In the order they were written: the steps draw ids by their place in these lists.
+    for public_id in (
+        Episode.objects.filter(tenant=world.tenant).order_by("pk").values_list("public_id", flat=True)
+    ):
         world.remember(public_id)
     world.originals = dict(world.facts)
-    world.turn_pks = list(Turn.objects.filter(tenant=world.tenant).values_list("pk", flat=True))
+    world.turn_pks = list(
+        Turn.objects.filter(tenant=world.tenant).order_by("pk").values_list("pk", flat=True)
+    )
     return world
 
 
