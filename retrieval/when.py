@@ -3,13 +3,17 @@ windows of time, relative to the caller's ``now``.
 
 Search uses them as a boost on the episodes' ``occurred_at`` (``ranking.rerank``), never as a
 filter: an agent asking "what did we decide last May?" wants May's episodes first, not the rest
-hidden. The phrases are found here with patterns; ``dateparser`` (offline) turns each into a date
-and its period (day, week, month, year), which becomes the window.
+hidden. The phrases are found here with patterns, and each becomes a date and its period (day,
+week, month, year), which becomes the window: ``dateparser`` (offline) reads the English ones, and
+the Russian and Chinese ones ("в прошлом месяце", "15 декабря", "三天前", "去年五月") are read here,
+since dateparser misses many of them ("в мае", "5月7日" and "三天前" give nothing) and each names
+its date and period plainly.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -42,7 +46,56 @@ PATTERNS = [
     (rf"(?P<date>{_YEAR})(?!-\d)", "year"),
     (r"(?P<recent>(?i:recently|lately|these days|the other day))", "recent"),
 ]
-_compiled = [(re.compile(rf"(?<![\w-]){pattern}(?![\w])"), kind) for pattern, kind in PATTERNS]
+
+# Russian: month names in their cases ("май", "мая", "мае"), numbers in words, units in any case.
+# A month's name alone must be in lower case ("Марта" is a name too).
+_RU_MONTH_NAMES = (
+    "январ[ьяе]|феврал[ьяе]|марта?|марте|апрел[ьяе]|ма[йяе]|июн[ьяе]|июл[ьяе]|августа?|августе"
+    "|сентябр[ьяе]|октябр[ьяе]|ноябр[ьяе]|декабр[ьяе]"
+)
+_RU_MONTH = rf"(?P<month>{_RU_MONTH_NAMES})"
+_RU_MONTH_STEMS = ("янв", "фев", "мар", "апр", "ма", "июн", "июл", "авг", "сен", "окт", "ноя", "дек")
+_RU_NUMBERS = {
+    "один": 1, "одна": 1, "одну": 1, "пару": 2, "пара": 2, "два": 2, "две": 2, "три": 3, "четыре": 4,
+    "пять": 5, "шесть": 6, "семь": 7, "восемь": 8, "девять": 9, "десять": 10, "несколько": 3,
+}  # fmt: skip
+_RU_NUMBER = rf"\d+|{'|'.join(_RU_NUMBERS)}"
+_RU_UNIT = r"(?P<unit>дн(?:я|ей)|день|недел[юиь]|месяц(?:а|ев)?|год(?:а)?|лет)"
+#: "last" and "this": прошлый, позапрошлый, этот, текущий in any case.
+_RU_WHICH = r"(?P<which>позапрошл\w*|прошл\w*|эт(?:от|ом|ой|у|а|и)|текущ\w*)"
+RU_PATTERNS = [
+    (rf"(?P<day>\d{{1,2}})\s+(?i:{_RU_MONTH})(?:\s+(?P<year>{_YEAR}))?", "day"),
+    (rf"(?P<day>\d{{1,2}})\.(?P<month>\d{{1,2}})\.(?P<year>{_YEAR})", "day"),
+    (rf"(?i:{_RU_MONTH})\s+(?P<year>{_YEAR})", "month"),
+    (rf"(?i:{_RU_WHICH}\s+{_RU_MONTH})", "month"),
+    (_RU_MONTH, "month"),
+    (rf"(?i:(?:(?P<n>{_RU_NUMBER})\s+)?{_RU_UNIT}\s+назад)", "ago"),
+    (rf"(?i:{_RU_WHICH}\s+(?P<unit>недел[юиье]|месяц[еа]?|год[уа]?))", "this"),
+    (r"(?i:(?P<days>позавчера|вчера|сегодня))", "days"),
+    (r"(?P<recent>(?i:недавно|на днях|в последнее время))", "recent"),
+]
+
+# Chinese: written without spaces, so its phrases are found anywhere but inside a number.
+_ZH_DIGITS = dict(zip("〇零一二两三四五六七八九", (0, 0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9), strict=True))
+_ZH_NUMBER = r"\d{1,2}|[一二两三四五六七八九十]{1,3}"
+_ZH_YEAR = r"(?:(?P<year>(?:19|20)\d{2})年|(?P<which>去年|今年|前年))"
+ZH_PATTERNS = [
+    (rf"{_ZH_YEAR}?(?P<month>{_ZH_NUMBER})月(?P<day>{_ZH_NUMBER})[日号]", "day"),
+    (rf"{_ZH_YEAR}?(?P<month>{_ZH_NUMBER})月份?", "month"),
+    (rf"(?P<n>{_ZH_NUMBER}|几)个?(?P<unit>天|日|周|星期|礼拜|月|年)以?前", "ago"),
+    (r"(?P<which>上上|上|这|本)个?(?P<unit>周|星期|礼拜|月)", "this"),
+    (r"(?P<which>去年|今年|前年)", "this"),
+    (r"(?P<year>(?:19|20)\d{2})年", "year"),
+    (r"(?P<days>前天|昨天|昨日|今天|今日)", "days"),
+    (r"(?P<recent>最近|近来|这几天|前几天)", "recent"),
+]
+
+_compiled = (
+    # Russian and Chinese first: "15 декабря 2023" is a day, not the year the English patterns see.
+    [(re.compile(rf"(?<![\w-]){pattern}(?![\w])"), kind, "ru") for pattern, kind in RU_PATTERNS]
+    + [(re.compile(rf"(?<!\d){pattern}(?!\d)"), kind, "zh") for pattern, kind in ZH_PATTERNS]
+    + [(re.compile(rf"(?<![\w-]){pattern}(?![\w])"), kind, "en") for pattern, kind in PATTERNS]
+)
 
 #: "recently": the last this many days before ``now``.
 RECENT = timedelta(days=30)
@@ -87,32 +140,51 @@ def windows(text: str, now: datetime) -> list[Window]:
         now = now.replace(tzinfo=UTC)
     taken: list[tuple[int, int]] = []
     found: list[Window] = []
-    for pattern, kind in _compiled:
+    for pattern, kind, language in _compiled:
         for match in pattern.finditer(text):
             span = match.span()
             if any(span[0] < end and start < span[1] for start, end in taken):
                 continue
-            window = _window(match, kind, now)
+            window = _window(match, kind, language, now)
             if window is not None:
                 taken.append(span)
                 found.append(window)
     return found
 
 
-def _window(match: re.Match[str], kind: str, now: datetime) -> Window | None:
+def _window(match: re.Match[str], kind: str, language: str, now: datetime) -> Window | None:
     phrase = match.group(0)
     if kind == "recent":
         return Window(phrase, now - RECENT, now)
-    fragment = match.group("date")
-    parsed = _parser(now.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)).get_date_data(
-        fragment
-    )
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=UTC)
+    try:
+        if language == "en":
+            read = _parsed(match, kind, today)
+        else:
+            read = _READ[kind](match.groupdict(), language, today)
+    except (KeyError, ValueError):  # no such date: "2月30日", "13月", "一二三月"
+        return None
+    return None if read is None else _span(phrase, *read)
+
+
+def _parsed(match: re.Match[str], kind: str, today: datetime) -> tuple[datetime, str] | None:
+    """An English phrase's date and period, as dateparser reads it."""
+    parsed = _parser(today.replace(tzinfo=None)).get_date_data(match.group("date"))
     if parsed.date_obj is None:
         return None
     day = parsed.date_obj.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=UTC)
     period = "month" if kind == "month" else "year" if kind == "year" else (parsed.period or "day")
-    if kind == "month" and (match.groupdict().get("last") or "").lower() == "last" and day.month == now.month:
+    if (
+        kind == "month"
+        and (match.groupdict().get("last") or "").lower() == "last"
+        and day.month == today.month
+    ):
         day = day.replace(year=day.year - 1)  # "last May" said in May: a year ago
+    return day, period
+
+
+def _span(phrase: str, day: datetime, period: str) -> Window:
+    """The window of the ``period`` (day, week from Monday, month, year) that holds ``day``."""
     if period == "year":
         start = day.replace(month=1, day=1)
         return Window(phrase, start, start.replace(year=start.year + 1))
@@ -128,3 +200,132 @@ def _window(match: re.Match[str], kind: str, now: datetime) -> Window | None:
         start = day - timedelta(days=day.weekday())
         return Window(phrase, start, start + timedelta(days=7))
     return Window(phrase, day, day + timedelta(days=1))
+
+
+# Russian and Chinese phrases, read from their parts: each reader gets the match's groups, the
+# language and today's midnight, and gives a date and its period (None for an impossible date).
+
+_UNITS = {
+    "д": "day", "н": "week", "м": "month", "г": "year", "л": "year",
+    "天": "day", "日": "day", "周": "week", "星": "week", "礼": "week", "月": "month", "年": "year",
+}  # fmt: skip
+#: How far back "last" reaches: прошлый/上/去年 one period, позапрошлый/上上/前年 two.
+_BACK = {"позапрошл": 2, "прошл": 1, "上上": 2, "上": 1, "去年": 1, "前年": 2}
+
+
+def _back(which: str | None) -> int:
+    return next((n for prefix, n in _BACK.items() if (which or "").lower().startswith(prefix)), 0)
+
+
+def _number(text: str | None, language: str) -> int:
+    """A count or a day of the month: digits, a Russian word ("две") or Chinese numerals ("十一");
+    KeyError for numerals that make no number ("一二三")."""
+    if not text:
+        return 1
+    if text.isdigit():
+        return int(text)
+    if language == "ru":
+        return _RU_NUMBERS[text.lower()]
+    if text == "几":  # "a few"
+        return 3
+    tens, ten, units = text.partition("十")
+    if not ten:
+        return _ZH_DIGITS[text]
+    return (_ZH_DIGITS[tens] if tens else 1) * 10 + (_ZH_DIGITS[units] if units else 0)
+
+
+def _month(text: str, language: str) -> int:
+    if language == "ru" and not text.isdigit():
+        return next(n for n, stem in enumerate(_RU_MONTH_STEMS, 1) if text.lower().startswith(stem))
+    return _number(text, language)
+
+
+def _year(groups: Mapping[str, str | None], today: datetime) -> int | None:
+    """The year a phrase names: written out, or 去年/今年/前年 (None when it names none)."""
+    if groups.get("year"):
+        return int(groups["year"] or 0)
+    if groups.get("which") in ("去年", "今年", "前年"):
+        return today.year - _back(groups["which"])
+    return None
+
+
+def _read_day(
+    groups: Mapping[str, str | None], language: str, today: datetime
+) -> tuple[datetime, str] | None:
+    """ "15 декабря", "15.12.2023", "5月7日": that day, in the last year that has it by today."""
+    year = _year(groups, today)
+    month, number = _month(groups["month"] or "", language), _number(groups["day"], language)
+    day = today.replace(year=year or today.year, month=month, day=number)
+    if year is None and day > today:
+        day = day.replace(year=today.year - 1)
+    return day, "day"
+
+
+def _read_month(
+    groups: Mapping[str, str | None], language: str, today: datetime
+) -> tuple[datetime, str] | None:
+    """ "в мае", "мая 2023", "в прошлом мае", "八月份", "去年五月": the last such month by today
+    ("в прошлом мае" said in May: a year ago, as "last May")."""
+    month = _month(groups["month"] or "", language)
+    year = _year(groups, today)
+    if year is None:
+        year = today.year if month <= today.month else today.year - 1
+        back = _back(groups.get("which"))
+        if back and month == today.month:
+            year -= 1
+        year -= max(back - 1, 0)
+    return today.replace(year=year, month=month, day=1), "month"
+
+
+def _read_ago(
+    groups: Mapping[str, str | None], language: str, today: datetime
+) -> tuple[datetime, str] | None:
+    """ "три дня назад", "две недели назад", "3个月前": the day that far back, in its period."""
+    n, unit = _number(groups.get("n"), language), _UNITS[(groups["unit"] or "")[0].lower()]
+    return _shifted(today, unit, -n), unit
+
+
+def _read_this(
+    groups: Mapping[str, str | None], language: str, today: datetime
+) -> tuple[datetime, str] | None:
+    """ "на прошлой неделе", "в этом году", "上个月", "本周", "去年": this or an earlier period."""
+    which = groups["which"] or ""
+    unit = _UNITS[(groups.get("unit") or which[-1]).lower()[0]]  # 去年: the year
+    return _shifted(today, unit, -_back(groups["which"])), unit
+
+
+def _read_days(
+    groups: Mapping[str, str | None], language: str, today: datetime
+) -> tuple[datetime, str] | None:
+    back = {"позавчера": 2, "вчера": 1, "前天": 2, "昨天": 1, "昨日": 1}.get(
+        (groups["days"] or "").lower(), 0
+    )
+    return today - timedelta(days=back), "day"
+
+
+def _read_year(
+    groups: Mapping[str, str | None], language: str, today: datetime
+) -> tuple[datetime, str] | None:
+    return today.replace(year=int(groups["year"] or 0), month=1, day=1), "year"
+
+
+def _shifted(today: datetime, unit: str, by: int) -> datetime:
+    """A day ``by`` days, weeks, months or years from today (a month or a year: its first day)."""
+    if unit == "day":
+        return today + timedelta(days=by)
+    if unit == "week":
+        return today + timedelta(weeks=by)
+    if unit == "month":
+        months = today.year * 12 + today.month - 1 + by
+        return today.replace(year=months // 12, month=months % 12 + 1, day=1)
+    return today.replace(year=today.year + by, month=1, day=1)
+
+
+_READ: dict[str, Callable[[Mapping[str, str | None], str, datetime], tuple[datetime, str] | None]] = {
+    "day": _read_day,
+    "month": _read_month,
+    "ago": _read_ago,
+    "this": _read_this,
+    "days": _read_days,
+    "year": _read_year,
+}

@@ -44,6 +44,43 @@ def test_words_that_only_look_like_times_are_not_read_as_times():
     assert spans("the Marchetti report") == []
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("что мы решили в мае?", [("мае", "2023-05-01", "2023-06-01")]),
+        ("платёж от 15 декабря", [("15 декабря", "2022-12-15", "2022-12-16")]),
+        ("релиз 15 декабря 2023 года", [("15 декабря 2023", "2023-12-15", "2023-12-16")]),
+        ("счёт от 03.02.2023", [("03.02.2023", "2023-02-03", "2023-02-04")]),
+        ("отпуск в июле 2022", [("июле 2022", "2022-07-01", "2022-08-01")]),
+        ("три дня назад", [("три дня назад", "2023-10-17", "2023-10-18")]),
+        ("две недели назад", [("две недели назад", "2023-10-02", "2023-10-09")]),
+        ("что было на прошлой неделе", [("прошлой неделе", "2023-10-09", "2023-10-16")]),
+        ("расход в месяц в прошлом году", [("прошлом году", "2022-01-01", "2023-01-01")]),
+        ("Вчера звонил врач", [("Вчера", "2023-10-19", "2023-10-20")]),
+        ("что я недавно читал", [("недавно", "2023-09-20", "2023-10-20")]),
+        ("八月份那次宕机", [("八月份", "2023-08-01", "2023-09-01")]),
+        ("十一月的云账单", [("十一月", "2022-11-01", "2022-12-01")]),
+        ("去年五月我们决定了什么", [("去年五月", "2022-05-01", "2022-06-01")]),
+        ("2023年5月7日的会议", [("2023年5月7日", "2023-05-07", "2023-05-08")]),
+        ("三天前", [("三天前", "2023-10-17", "2023-10-18")]),
+        ("上周的会议", [("上周", "2023-10-09", "2023-10-16")]),
+        ("上个月花了多少", [("上个月", "2023-09-01", "2023-10-01")]),
+        ("2023年初的年终奖", [("2023年", "2023-01-01", "2024-01-01")]),
+        ("昨天说了什么", [("昨天", "2023-10-19", "2023-10-20")]),
+        ("我最近用哪个软件", [("最近", "2023-09-20", "2023-10-20")]),
+    ],
+)
+def test_russian_and_chinese_time_expressions_become_windows(text, expected):
+    assert spans(text) == expected
+
+
+def test_russian_and_chinese_words_that_only_look_like_times_are_not_read_as_times():
+    assert spans("Марта сказала, что придёт") == []  # a name, not March
+    assert spans("расход в месяц, два дня в неделю") == []
+    assert spans("周杰推荐的古镇，每周上课，年会上，月租多少") == []
+    assert spans("2月30日，13月，一二三月") == []  # no such day, no such month, no number
+
+
 def test_last_may_said_in_may_is_a_year_ago():
     assert spans("last May", datetime(2024, 5, 20, tzinfo=UTC)) == [("last May", "2023-05-01", "2023-06-01")]
     assert spans("in May", datetime(2024, 8, 20, tzinfo=UTC)) == [("in May", "2024-05-01", "2024-06-01")]
@@ -65,6 +102,28 @@ def test_a_query_with_last_may_prefers_mays_turns(caller):
     assert timed[0]["explain"]["time"] > max(h["explain"]["time"] for h in timed[1:])
     # A boost, not a filter: the other months are still found, and every hit says when it was.
     assert {h["episode_id"] for h in timed} == set(ids.values())
+    assert timed[0]["date"] == may.date().isoformat()
+
+
+@pytest.mark.parametrize(
+    ("text", "query", "years_back"),
+    [
+        # "в прошлом мае", as "last May": this year's May once May is over, else a year ago.
+        ("мы ходили в поход в горы с собакой", "куда мы ходили в поход с собакой в прошлом мае?", None),
+        ("我们带着狗去山里徒步", "去年五月我们带着狗去哪里徒步？", 1),
+    ],
+    ids=["ru", "zh"],
+)
+def test_a_russian_or_chinese_query_naming_a_month_prefers_that_months_turns(caller, text, query, years_back):
+    now = timezone.now()
+    year = now.year - years_back if years_back else now.year if now.month > 5 else now.year - 1
+    may = datetime(year, 5, 12, 10, 0, tzinfo=UTC)
+    dates = {"march": may.replace(month=3), "may": may, "august": may.replace(month=8, year=year - 1)}
+    ids = {name: turns(caller, name, [text], at=at)["episode_ids"][0] for name, at in dates.items()}
+    timed = caller.post("/api/v1/search", {"query": query, "explain": True}).json()["results"]
+    assert timed[0]["episode_id"] == ids["may"]
+    assert timed[0]["explain"]["time"] > max(h["explain"]["time"] for h in timed[1:])
+    assert {h["episode_id"] for h in timed} == set(ids.values())  # a boost, not a filter
     assert timed[0]["date"] == may.date().isoformat()
 
 
