@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -109,7 +109,7 @@ def query_embedded(tenant: Tenant) -> bool:
 def query_vector(tenant: Tenant, query: SearchQuery, *, ranks: bool = True) -> tuple[np.ndarray | None, str]:
     """The query's vector (the caller's, or the tenant's embedder's), and why there is none
     when the embedder failed ("" otherwise): the search then answers from full text, degraded.
-    ``ranks``: whether the vector takes part in the ranking (``_ranks_by_vector``); when it does
+    ``ranks``: whether the vector takes part in the ranking (``_vector_reading``); when it does
     not, the query is embedded only for ``min_score``."""
     if query.text_only:
         return None, ""
@@ -127,11 +127,13 @@ def query_vector(tenant: Tenant, query: SearchQuery, *, ranks: bool = True) -> t
         return None, f"{exc}; answered from full text"
 
 
-def _ranks_by_vector(tenant: Tenant, query: SearchQuery) -> bool:
-    """Whether the query's vector takes part in the ranking: a caller's always; the embedder's
-    unless the query is in a language it does not read (``Embedder.unread``), which full text
-    alone ranks, by design (docs/decisions/0034)."""
-    return query.vector is not None or query_language(query.text) not in embedder_for(tenant).unread
+def _vector_reading(tenant: Tenant, query: SearchQuery) -> float:
+    """How much the query's vector counts in the ranking, as a factor on the vector list's weight:
+    a caller's fully; the embedder's as well as it reads the query's language (``Embedder.reads``;
+    at 0 full text alone ranks the query, by design: docs/decisions/0034 and 0035)."""
+    if query.vector is not None:
+        return 1.0
+    return embedder_for(tenant).reading(query_language(query.text))
 
 
 def search(
@@ -158,7 +160,10 @@ def search(
     text = query.text if query.text.strip() else None
     # The query is embedded first: on 2 cores the model's threads and concurrent searches would
     # take the same cores (docs/decisions/0004).
-    ranks = _ranks_by_vector(tenant, query)
+    reading = _vector_reading(tenant, query)
+    ranks = reading > 0
+    if 0 < reading < 1:
+        weights = replace(weights, vector=weights.vector * reading)
     vector, reason = query_vector(tenant, query, ranks=ranks)
     degraded = bool(reason)
     ranking = vector if ranks else None  # ``vector`` still serves min_score

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 
@@ -23,9 +24,13 @@ class Embedder(ABC):
     dim: int = int(DEFAULTS["EMBEDDING_DIM"])
     #: False when the caller must send vectors (the ``provided`` embedder).
     computes: bool = True
-    #: Languages (``episodes.language`` codes) whose queries it is not asked to embed: its vectors
-    #: of them would only add noise, and search ranks such queries by full text alone.
-    unread: frozenset[str] = frozenset()
+    #: How well it reads a query in each language (``episodes.language`` codes), as a factor on
+    #: its vector list's weight in search's fusion; 1 for a language not named. At 0 the query is
+    #: not embedded (its vectors would only add noise) and full text alone ranks it.
+    reads: Mapping[str, float] = MappingProxyType({})
+
+    def reading(self, language: str) -> float:
+        return self.reads.get(language, 1.0)
 
     @property
     def model_id(self) -> str:

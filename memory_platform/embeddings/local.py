@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -32,8 +33,9 @@ class LocalEmbedder(Embedder):
     dim = 384
     model_id = "sentence-transformers/all-MiniLM-L6-v2"  # type: ignore[assignment]
     # An English model. Fused with its vectors, Chinese queries ranked worse on every measure
-    # than by full text alone; Russian ones found more paraphrases (docs/decisions/0034).
-    unread = frozenset({"zh"})
+    # than by full text alone (docs/decisions/0034). Russian ones find more paraphrases through
+    # them, and rank their answers higher when they count half (docs/decisions/0035).
+    reads = MappingProxyType({"zh": 0.0, "ru": 0.5})
 
     def __init__(self) -> None:
         self._model: Any = None

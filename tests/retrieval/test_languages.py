@@ -220,3 +220,29 @@ def test_the_local_model_is_not_asked_to_embed_a_chinese_query(caller):
     # Russian and English queries are embedded: every episode comes through the vector list.
     assert all(rank is not None for rank in vector_ranks("платёжный модуль"))
     assert all(rank is not None for rank in vector_ranks("payment module"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_local_models_vectors_count_half_for_a_russian_query(caller):
+    """It reads Russian only in part: its list keeps finding paraphrases, at half the weight of
+    the full-text list (docs/decisions/0035); English queries fuse the two lists as set."""
+    turns(caller, "ru", [RUSSIAN, "Понятно, договорились"])
+    turns(caller, "en", ["We moved the release to the 15th because of a bug in the payment module", "ok"])
+    policy = policy_for(caller.tenant)
+    fused = set()
+    for query, reading in (("платёжный модуль релиз", 0.5), ("payment module release", 1.0)):
+        hits = search(
+            tenant=caller.tenant,
+            query=SearchQuery(text=query, explain=True, record_access=False),
+            now=timezone.now(),
+        ).hits
+        for hit in hits:
+            ranks = hit.explain["vector_rank"], hit.explain["text_rank"]
+            if None in ranks:
+                continue
+            expected = policy.rrf_vector_weight * reading / (
+                policy.rrf_k + ranks[0]
+            ) + policy.rrf_text_weight / (policy.rrf_k + ranks[1])
+            assert hit.explain["rrf"] == pytest.approx(expected), (query, hit.explain)
+            fused.add(query)
+    assert len(fused) == 2  # each query had a hit that both lists found
