@@ -20,6 +20,8 @@ from functools import lru_cache
 
 from dateparser.date import DateDataParser
 
+from episodes.language import HAN_RUN
+
 MONTHS = (
     "January|February|March|April|May|June|July|August|September|October|November|December"
     "|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec"
@@ -90,6 +92,8 @@ ZH_PATTERNS = [
     (r"(?P<recent>最近|近来|这几天|前几天)", "recent"),
 ]
 
+#: Russian and Chinese patterns are tried only on a text that has their script.
+_SCRIPTS = {"ru": re.compile("[\u0400-\u04ff]"), "zh": HAN_RUN}
 _compiled = (
     # Russian and Chinese first: "15 декабря 2023" is a day, not the year the English patterns see.
     [(re.compile(rf"(?<![\w-]){pattern}(?![\w])"), kind, "ru") for pattern, kind in RU_PATTERNS]
@@ -140,7 +144,10 @@ def windows(text: str, now: datetime) -> list[Window]:
         now = now.replace(tzinfo=UTC)
     taken: list[tuple[int, int]] = []
     found: list[Window] = []
+    written = {"en"} | {language for language, script in _SCRIPTS.items() if script.search(text)}
     for pattern, kind, language in _compiled:
+        if language not in written:
+            continue
         for match in pattern.finditer(text):
             span = match.span()
             if any(span[0] < end and start < span[1] for start, end in taken):
