@@ -92,9 +92,10 @@ def test_no_tenant_or_user_sees_another(caplog, capsys):
     assert not rare, f"endpoints barely exercised: {rare}"
     # The checks had answers to check, user-scoped ones included.
     # activate answers only for a kind that exists and active memories, hence its lower floor. The
-    # draws take ids by their place in the worlds' lists (`steps`), so every run gives the same
-    # counts (activate 71, anchor_post 13, unpack 13 ...); before, ids sorted at random gave
-    # anchor_post 3 on some runs.
+    # draws take ids by their place in the worlds' lists (`steps`), not among ids sorted at random
+    # (which gave anchor_post 3 on one run): the file alone gives the same counts on every run
+    # (activate 71, anchor_post 13). Integers drawn as ids (1, a turn's key sent as an episode's)
+    # name whichever episode has that key, so within the whole suite the counts differ (57, 24).
     for where, floor in (
         ("search", 40),
         ("context", 40),
