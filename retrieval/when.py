@@ -56,6 +56,7 @@ _RU_MONTH_NAMES = (
     "|сентябр[ьяе]|октябр[ьяе]|ноябр[ьяе]|декабр[ьяе]"
 )
 _RU_MONTH = rf"(?P<month>{_RU_MONTH_NAMES})"
+#: Each month's first letters, in order ("мар" is tried before "ма").
 _RU_MONTH_STEMS = ("янв", "фев", "мар", "апр", "ма", "июн", "июл", "авг", "сен", "окт", "ноя", "дек")
 _RU_NUMBERS = {
     "один": 1, "одна": 1, "одну": 1, "пару": 2, "пара": 2, "два": 2, "две": 2, "три": 3, "четыре": 4,
@@ -100,6 +101,10 @@ _compiled = (
     + [(re.compile(rf"(?<!\d){pattern}(?!\d)"), kind, "zh") for pattern, kind in ZH_PATTERNS]
     + [(re.compile(rf"(?<![\w-]){pattern}(?![\w])"), kind, "en") for pattern, kind in PATTERNS]
 )
+
+#: A match's named groups, and what a phrase reads as: a date and its period.
+Groups = Mapping[str, str | None]
+Read = tuple[datetime, str]
 
 #: "recently": the last this many days before ``now``.
 RECENT = timedelta(days=30)
@@ -174,7 +179,7 @@ def _window(match: re.Match[str], kind: str, language: str, now: datetime) -> Wi
     return None if read is None else _span(phrase, *read)
 
 
-def _parsed(match: re.Match[str], kind: str, today: datetime) -> tuple[datetime, str] | None:
+def _parsed(match: re.Match[str], kind: str, today: datetime) -> Read | None:
     """An English phrase's date and period, as dateparser reads it."""
     parsed = _parser(today.replace(tzinfo=None)).get_date_data(match.group("date"))
     if parsed.date_obj is None:
@@ -210,7 +215,8 @@ def _span(phrase: str, day: datetime, period: str) -> Window:
 
 
 # Russian and Chinese phrases, read from their parts: each reader gets the match's groups, the
-# language and today's midnight, and gives a date and its period (None for an impossible date).
+# language and today's midnight, and gives a date and its period (KeyError or ValueError for an
+# impossible one).
 
 _UNITS = {
     "д": "day", "н": "week", "м": "month", "г": "year", "л": "year",
@@ -247,7 +253,7 @@ def _month(text: str, language: str) -> int:
     return _number(text, language)
 
 
-def _year(groups: Mapping[str, str | None], today: datetime) -> int | None:
+def _year(groups: Groups, today: datetime) -> int | None:
     """The year a phrase names: written out, or 去年/今年/前年 (None when it names none)."""
     if groups.get("year"):
         return int(groups["year"] or 0)
@@ -256,10 +262,8 @@ def _year(groups: Mapping[str, str | None], today: datetime) -> int | None:
     return None
 
 
-def _read_day(
-    groups: Mapping[str, str | None], language: str, today: datetime
-) -> tuple[datetime, str] | None:
-    """ "15 декабря", "15.12.2023", "5月7日": that day, in the last year that has it by today."""
+def _read_day(groups: Groups, language: str, today: datetime) -> Read:
+    """A day ("15 декабря", "15.12.2023", "5月7日"), in the last year that has it by today."""
     year = _year(groups, today)
     month, number = _month(groups["month"] or "", language), _number(groups["day"], language)
     day = today.replace(year=year or today.year, month=month, day=number)
@@ -268,11 +272,9 @@ def _read_day(
     return day, "day"
 
 
-def _read_month(
-    groups: Mapping[str, str | None], language: str, today: datetime
-) -> tuple[datetime, str] | None:
-    """ "в мае", "мая 2023", "в прошлом мае", "八月份", "去年五月": the last such month by today
-    ("в прошлом мае" said in May: a year ago, as "last May")."""
+def _read_month(groups: Groups, language: str, today: datetime) -> Read:
+    """A month ("в мае", "мая 2023", "в прошлом мае", "八月份", "去年五月"): the last such month
+    by today ("в прошлом мае" said in May: a year ago, as "last May")."""
     month = _month(groups["month"] or "", language)
     year = _year(groups, today)
     if year is None:
@@ -284,35 +286,28 @@ def _read_month(
     return today.replace(year=year, month=month, day=1), "month"
 
 
-def _read_ago(
-    groups: Mapping[str, str | None], language: str, today: datetime
-) -> tuple[datetime, str] | None:
-    """ "три дня назад", "две недели назад", "3个月前": the day that far back, in its period."""
+def _read_ago(groups: Groups, language: str, today: datetime) -> Read:
+    """A count back ("три дня назад", "две недели назад", "3个月前"): the day that far back, in
+    its period."""
     n, unit = _number(groups.get("n"), language), _UNITS[(groups["unit"] or "")[0].lower()]
     return _shifted(today, unit, -n), unit
 
 
-def _read_this(
-    groups: Mapping[str, str | None], language: str, today: datetime
-) -> tuple[datetime, str] | None:
-    """ "на прошлой неделе", "в этом году", "上个月", "本周", "去年": this or an earlier period."""
+def _read_this(groups: Groups, language: str, today: datetime) -> Read:
+    """This period or an earlier one ("на прошлой неделе", "в этом году", "上个月", "本周", "去年")."""
     which = groups["which"] or ""
     unit = _UNITS[(groups.get("unit") or which[-1]).lower()[0]]  # 去年: the year
     return _shifted(today, unit, -_back(groups["which"])), unit
 
 
-def _read_days(
-    groups: Mapping[str, str | None], language: str, today: datetime
-) -> tuple[datetime, str] | None:
+def _read_days(groups: Groups, language: str, today: datetime) -> Read:
     back = {"позавчера": 2, "вчера": 1, "前天": 2, "昨天": 1, "昨日": 1}.get(
         (groups["days"] or "").lower(), 0
     )
     return today - timedelta(days=back), "day"
 
 
-def _read_year(
-    groups: Mapping[str, str | None], language: str, today: datetime
-) -> tuple[datetime, str] | None:
+def _read_year(groups: Groups, language: str, today: datetime) -> Read:
     return today.replace(year=int(groups["year"] or 0), month=1, day=1), "year"
 
 
@@ -328,7 +323,7 @@ def _shifted(today: datetime, unit: str, by: int) -> datetime:
     return today.replace(year=today.year + by, month=1, day=1)
 
 
-_READ: dict[str, Callable[[Mapping[str, str | None], str, datetime], tuple[datetime, str] | None]] = {
+_READ: dict[str, Callable[[Groups, str, datetime], Read]] = {
     "day": _read_day,
     "month": _read_month,
     "ago": _read_ago,
