@@ -192,14 +192,22 @@ def format_report(result: dict[str, Any], title: str) -> str:
         f"({tokens['tokenizer']}, on the results' JSON); an evidence turn's text among them: "
         f"{result['evidence_shown_at_10']:.3f} of questions"
     )
-    ticked = result.get("scheduled_ticks", {})
-    if ticked.get("runs"):
-        lines.append(
-            f"a running scheduler also ticked these tenants {ticked['runs']} time(s) at the real date during "
-            f"the run, moving {ticked['moved']} episode(s) between layers or states: these figures are not "
-            "of the layers the heading names"
-        )
+    ticked = scheduler_note(result)
+    if ticked:
+        lines.append(ticked)
     return "\n".join(lines)
+
+
+def scheduler_note(result: dict[str, Any]) -> str:
+    """What a running scheduler did to a run's tenants ("" when it left them alone)."""
+    ticked = result.get("scheduled_ticks", {})
+    if not ticked.get("runs"):
+        return ""
+    return (
+        f"a running scheduler also ticked these tenants {ticked['runs']} time(s) at the real date during "
+        f"the run, moving {ticked['moved']} episode(s) between layers or states: these figures are not "
+        "of the layers the heading names"
+    )
 
 
 def format_drop(all_hot: dict[str, Any], aged: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import locomo
-from .metrics import TURN_METRICS
+from .metrics import TURN_METRICS, scheduler_note
 
 DATA = Path(__file__).parent / "data" / "multilingual.json"
 RUNS = ("text_only", "fused")
@@ -74,4 +74,6 @@ def format_report(results: dict[str, Any]) -> str:
             f"{name:<22}{f['n']:>5}{t['recall5']:>10.3f}{t['recall10']:>7.3f}{t['mrr']:>7.3f}"
             f"{f['recall5']:>11.3f}{f['recall10']:>7.3f}{f['mrr']:>7.3f}"
         )
+    # All hot, as the table says, unless a running scheduler (``make run``) moved its tenants.
+    lines += [f"{run.replace('_', ' ')}: {note}" for run in RUNS if (note := scheduler_note(results[run]))]
     return "\n".join(lines)

@@ -253,3 +253,24 @@ def test_a_scheduler_ticking_the_evaluated_tenants_is_reported():
         counts={"scored": 3, "hot_to_warm": 3, "active_to_dormant": 2},
     )
     assert scheduled_ticks([tenant], started) == {"runs": 1, "moved": 5}
+
+
+def test_evaluate_multilingual_says_when_a_scheduler_moved_its_tenants():
+    from retrieval.evaluation.metrics import TURN_METRICS
+
+    row = {"n": 2, **dict.fromkeys(TURN_METRICS, 0.5)}
+
+    def run(ticks):
+        return {
+            "conversations": 1,
+            "questions": 2,
+            "per_category": {"ru none": row},
+            "scheduled_ticks": ticks,
+        }
+
+    quiet = {"runs": 0, "moved": 0}
+    report = multilingual.format_report({"text_only": run(quiet), "fused": run(quiet)})
+    assert "scheduler" not in report
+    report = multilingual.format_report({"text_only": run(quiet), "fused": run({"runs": 2, "moved": 7})})
+    assert "fused: a running scheduler also ticked these tenants 2 time(s)" in report
+    assert "moving 7 episode(s)" in report and "text only:" not in report
