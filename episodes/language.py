@@ -122,6 +122,10 @@ def has_han(text: str) -> bool:
     return HAN_RUN.search(text) is not None
 
 
+def has_cyrillic(text: str) -> bool:
+    return _CYRILLIC.search(text) is not None
+
+
 def _with_characters(word: str, dropped: frozenset[str]) -> list[str]:
     """A Chinese word followed by its characters (but ``dropped``) when it has more than one."""
     if len(word) < 2:

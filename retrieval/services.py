@@ -162,7 +162,7 @@ def search(
     # take the same cores (docs/decisions/0004).
     reading = _vector_reading(tenant, query)
     ranks = reading > 0
-    if 0 < reading < 1:
+    if reading < 1:
         weights = replace(weights, vector=weights.vector * reading)
     vector, reason = query_vector(tenant, query, ranks=ranks)
     degraded = bool(reason)

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from dateparser.date import DateDataParser
 
-from episodes.language import HAN_RUN
+from episodes.language import has_cyrillic, has_han
 
 MONTHS = (
     "January|February|March|April|May|June|July|August|September|October|November|December"
@@ -51,13 +51,12 @@ PATTERNS = [
 
 # Russian: month names in their cases ("май", "мая", "мае"), numbers in words, units in any case.
 # A month's name alone must be in lower case ("Марта" is a name too).
-_RU_MONTH_NAMES = (
-    "январ[ьяе]|феврал[ьяе]|марта?|марте|апрел[ьяе]|ма[йяе]|июн[ьяе]|июл[ьяе]|августа?|августе"
-    "|сентябр[ьяе]|октябр[ьяе]|ноябр[ьяе]|декабр[ьяе]"
-)
-_RU_MONTH = rf"(?P<month>{_RU_MONTH_NAMES})"
-#: Each month's first letters, in order ("мар" is tried before "ма").
-_RU_MONTH_STEMS = ("янв", "фев", "мар", "апр", "ма", "июн", "июл", "авг", "сен", "окт", "ноя", "дек")
+_RU_MONTHS = (
+    "январ[ьяе]", "феврал[ьяе]", "март[ае]?", "апрел[ьяе]", "ма[йяе]", "июн[ьяе]", "июл[ьяе]",
+    "август[ае]?", "сентябр[ьяе]", "октябр[ьяе]", "ноябр[ьяе]", "декабр[ьяе]",
+)  # fmt: skip
+_RU_MONTH = rf"(?P<month>{'|'.join(_RU_MONTHS)})"
+_RU_MONTH_NUMBER = [re.compile(name) for name in _RU_MONTHS]
 _RU_NUMBERS = {
     "один": 1, "одна": 1, "одну": 1, "пару": 2, "пара": 2, "два": 2, "две": 2, "три": 3, "четыре": 4,
     "пять": 5, "шесть": 6, "семь": 7, "восемь": 8, "девять": 9, "десять": 10, "несколько": 3,
@@ -81,20 +80,22 @@ RU_PATTERNS = [
 # Chinese: written without spaces, so its phrases are found anywhere but inside a number.
 _ZH_DIGITS = dict(zip("〇零一二两三四五六七八九", (0, 0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9), strict=True))
 _ZH_NUMBER = r"\d{1,2}|[一二两三四五六七八九十]{1,3}"
-_ZH_YEAR = r"(?:(?P<year>(?:19|20)\d{2})年|(?P<which>去年|今年|前年))"
+#: The years Chinese names by where they stand: the one before last, last, this.
+_ZH_YEARS = ("前年", "去年", "今年")
+_ZH_YEAR = rf"(?:(?P<year>(?:19|20)\d{{2}})年|(?P<which>{'|'.join(_ZH_YEARS)}))"
 ZH_PATTERNS = [
     (rf"{_ZH_YEAR}?(?P<month>{_ZH_NUMBER})月(?P<day>{_ZH_NUMBER})[日号]", "day"),
     (rf"{_ZH_YEAR}?(?P<month>{_ZH_NUMBER})月份?", "month"),
     (rf"(?P<n>{_ZH_NUMBER}|几)个?(?P<unit>天|日|周|星期|礼拜|月|年)以?前", "ago"),
     (r"(?P<which>上上|上|这|本)个?(?P<unit>周|星期|礼拜|月)", "this"),
-    (r"(?P<which>去年|今年|前年)", "this"),
+    (rf"(?P<which>{'|'.join(_ZH_YEARS)})", "this"),
     (r"(?P<year>(?:19|20)\d{2})年", "year"),
     (r"(?P<days>前天|昨天|昨日|今天|今日)", "days"),
     (r"(?P<recent>最近|近来|这几天|前几天)", "recent"),
 ]
 
 #: Russian and Chinese patterns are tried only on a text that has their script.
-_SCRIPTS = {"ru": re.compile("[\u0400-\u04ff]"), "zh": HAN_RUN}
+_SCRIPTS = {"ru": has_cyrillic, "zh": has_han}
 _compiled = (
     # Russian and Chinese first: "15 декабря 2023" is a day, not the year the English patterns see.
     [(re.compile(rf"(?<![\w-]){pattern}(?![\w])"), kind, "ru") for pattern, kind in RU_PATTERNS]
@@ -149,7 +150,7 @@ def windows(text: str, now: datetime) -> list[Window]:
         now = now.replace(tzinfo=UTC)
     taken: list[tuple[int, int]] = []
     found: list[Window] = []
-    written = {"en"} | {language for language, script in _SCRIPTS.items() if script.search(text)}
+    written = {"en"} | {language for language, has in _SCRIPTS.items() if has(text)}
     for pattern, kind, language in _compiled:
         if language not in written:
             continue
@@ -249,7 +250,7 @@ def _number(text: str | None, language: str) -> int:
 
 def _month(text: str, language: str) -> int:
     if language == "ru" and not text.isdigit():
-        return next(n for n, stem in enumerate(_RU_MONTH_STEMS, 1) if text.lower().startswith(stem))
+        return next(n for n, name in enumerate(_RU_MONTH_NUMBER, 1) if name.fullmatch(text.lower()))
     return _number(text, language)
 
 
@@ -257,7 +258,7 @@ def _year(groups: Groups, today: datetime) -> int | None:
     """The year a phrase names: written out, or 去年/今年/前年 (None when it names none)."""
     if groups.get("year"):
         return int(groups["year"] or 0)
-    if groups.get("which") in ("去年", "今年", "前年"):
+    if groups.get("which") in _ZH_YEARS:
         return today.year - _back(groups["which"])
     return None
 
