@@ -27,10 +27,16 @@ DEFAULTS: dict[str, Any] = {
     "MAX_METADATA_BYTES": 16_384,
     "MAX_SCOPE_CHARS": 200,
     # rate limits (memory_platform.ratelimit), N/s or N/min: each API key (a tenant's `rate_limit`
-    # overrides it), a tenant's keys together, failed API-key and admin logins per client address
+    # overrides it), a tenant's keys together; failed logins (tenancy.login_throttle): invalid API
+    # keys per client address, console logins per client address (or per device cookie), and
+    # console logins per user name from every address together (docs/decisions/0036)
     "RATE_LIMIT": "100/s",
     "TENANT_RATE_LIMIT": "300/s",
     "AUTH_FAILURE_LIMIT": "20/min",
+    "LOGIN_USER_FAILURE_LIMIT": "60/min",
+    # The reverse proxies (addresses or CIDRs) whose X-Forwarded-For names the client
+    # (memory_platform.client_address); none: the peer's address is the client's.
+    "TRUSTED_PROXIES": (),
     # deepest nesting a request body may have (metadata included); deeper is a 400
     "MAX_JSON_DEPTH": 32,
     # An import's body (POST /api/v1/import); larger moves go through `manage.py import_tenant`.

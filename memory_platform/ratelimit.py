@@ -2,17 +2,20 @@
 
 Limits are written ``N/s`` or ``N/min``. Each API key may make ``MEMORY_RATE_LIMIT`` requests (a
 tenant's ``rate_limit`` overrides it for its keys), a tenant's keys together
-``MEMORY_TENANT_RATE_LIMIT``; a client address may fail ``AUTH_FAILURE_LIMIT`` API-key or admin
-logins. Over a limit the answer is 429 with ``Retry-After``.
+``MEMORY_TENANT_RATE_LIMIT``; failed logins are limited by ``tenancy.login_throttle``. Over a limit
+the answer is 429 with ``Retry-After``.
 
-When Redis cannot be reached a request is let through: the limits protect the service and must
-not be what takes it down (the hot tier's own outage handling says so to callers).
+While Redis cannot be reached, each process counts the same windows in its own memory
+(``LocalWindows``): the limits then hold per process rather than across them, but they hold. An
+outage must not be the moment the failed-login limit is off (docs/decisions/0036).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import redis
@@ -40,47 +43,133 @@ class Rate:
         return f"{self.count}/{'s' if self.seconds == 1 else 'min'}"
 
 
-def _key(bucket: str, rate: Rate, now: float) -> tuple[str, int]:
-    window = int(now // rate.seconds)
-    return f"mp:rl:{bucket}:{rate.seconds}:{window}", window
+@dataclass(frozen=True)
+class _Window:
+    key: str
+    rate: Rate
+    number: int
+
+    @classmethod
+    def of(cls, bucket: str, rate: Rate, now: float) -> _Window:
+        number = int(now // rate.seconds)
+        return cls(f"mp:rl:{bucket}:{rate.seconds}:{number}", rate, number)
+
+    @property
+    def ends(self) -> float:
+        return (self.number + 1) * self.rate.seconds
+
+    def wait(self, now: float) -> float:
+        return max(0.001, self.ends - now)
 
 
-def _wait(rate: Rate, window: int, now: float) -> float:
-    return max(0.001, (window + 1) * rate.seconds - now)
+class LocalWindows:
+    """The windows' counts in this process, while Redis is unreachable.
+
+    At most ``size`` windows are kept; past it the least recently counted goes. A client over its
+    limit counts on every request, so its window stays; what goes is a window nobody is using, or
+    one of the many an attacker opens with fresh names. A window's count lives until it ends.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self._counts: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def _count(self, window: _Window, now: float) -> int:
+        entry = self._counts.get(window.key)
+        return entry[0] if entry is not None and entry[1] > now else 0
+
+    def incr(self, windows: list[_Window], now: float) -> list[int]:
+        with self._lock:
+            counts = []
+            for window in windows:
+                count = self._count(window, now) + 1
+                self._counts[window.key] = (count, window.ends)
+                self._counts.move_to_end(window.key)
+                counts.append(count)
+            while len(self._counts) > self.size:
+                self._counts.popitem(last=False)
+            return counts
+
+    def get(self, windows: list[_Window], now: float) -> list[int]:
+        with self._lock:
+            return [self._count(window, now) for window in windows]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
 
 
-def hit(bucket: str, rate: Rate, now: float) -> float | None:
-    """Count a request in ``bucket``'s current window: the seconds to wait when it is over the
-    rate, else None."""
-    return hit_all([(bucket, rate)], now)
+# 20,000 windows hold a few megabytes; each client over a limit needs one to three of them.
+local_windows = LocalWindows(size=20_000)
+_outage = threading.Event()
+
+
+def _redis_lost(exc: BaseException) -> None:
+    """Say once, not per request, that counting moved into the process."""
+    if not _outage.is_set():
+        _outage.set()
+        logger.warning(
+            "Redis unreachable (%s: %s): rate limits and failed logins are counted in this process "
+            "until it answers again",
+            type(exc).__name__,
+            exc,
+        )
+
+
+def _redis_back() -> None:
+    if _outage.is_set():
+        _outage.clear()
+        local_windows.clear()
+        logger.info("Redis answers again: rate limits are counted there, shared by every process")
+
+
+def _waits(windows: list[_Window], counts: list[int], now: float, *, at_least: int) -> float | None:
+    waits = [
+        window.wait(now)
+        for window, count in zip(windows, counts, strict=True)
+        if count >= window.rate.count + at_least
+    ]
+    return max(waits) if waits else None
 
 
 def hit_all(buckets: list[tuple[str, Rate]], now: float) -> float | None:
     """Count a request in each bucket, in one round trip: the longest wait of those over their
     rate, else None."""
-    keys = [(_key(bucket, rate, now), rate) for bucket, rate in buckets]
+    windows = [_Window.of(bucket, rate, now) for bucket, rate in buckets]
     try:
         pipe = get_redis().pipeline(transaction=False)
-        for (key, _), rate in keys:
-            pipe.incr(key)
-            pipe.expire(key, rate.seconds + 1)
+        for window in windows:
+            pipe.incr(window.key)
+            pipe.expire(window.key, window.rate.seconds + 1)
         counts = [int(c) for c in pipe.execute()[::2]]
     except (redis.RedisError, OSError) as exc:
-        logger.warning("rate limits not counted (Redis unreachable): %s", exc)
+        _redis_lost(exc)
+        counts = local_windows.incr(windows, now)
+    else:
+        _redis_back()
+    return _waits(windows, counts, now, at_least=1)
+
+
+def hit(bucket: str, rate: Rate, now: float) -> float | None:
+    """``hit_all`` of one bucket."""
+    return hit_all([(bucket, rate)], now)
+
+
+def over_all(buckets: list[tuple[str, Rate]], now: float) -> float | None:
+    """Like ``hit_all`` without counting: the longest wait of the buckets whose window is already
+    full, else None."""
+    windows = [_Window.of(bucket, rate, now) for bucket, rate in buckets]
+    if not windows:
         return None
-    waits = [
-        _wait(rate, window, now)
-        for ((_, window), rate), count in zip(keys, counts, strict=True)
-        if count > rate.count
-    ]
-    return max(waits) if waits else None
-
-
-def over(bucket: str, rate: Rate, now: float) -> float | None:
-    """Like ``hit`` without counting: the seconds to wait when the window is already full."""
-    key, window = _key(bucket, rate, now)
     try:
-        count = int(get_redis().get(key) or 0)
-    except (redis.RedisError, OSError):
-        return None
-    return _wait(rate, window, now) if count >= rate.count else None
+        counts = [int(c or 0) for c in get_redis().mget([window.key for window in windows])]
+    except (redis.RedisError, OSError) as exc:
+        _redis_lost(exc)
+        counts = local_windows.get(windows, now)
+    else:
+        _redis_back()
+    return _waits(windows, counts, now, at_least=0)

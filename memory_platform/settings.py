@@ -331,6 +331,15 @@ def _rate(name: str) -> str:
         raise ImproperlyConfigured(f"{name}: {exc}") from None
 
 
+def _networks(name: str) -> tuple[str, ...]:
+    from memory_platform.client_address import parse_networks
+
+    try:
+        return tuple(str(network) for network in parse_networks(env.list(name)))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+
+
 _MEMORY_FROM_ENV = {
     "EMBEDDER": ("MEMORY_EMBEDDER", lambda name: env.str(name).strip()),
     "EMBED_BATCH_SIZE": ("MEMORY_EMBED_BATCH_SIZE", lambda name: _int(name, 64, minimum=1)),
@@ -349,6 +358,8 @@ _MEMORY_FROM_ENV = {
     "RATE_LIMIT": ("MEMORY_RATE_LIMIT", _rate),
     "TENANT_RATE_LIMIT": ("MEMORY_TENANT_RATE_LIMIT", _rate),
     "AUTH_FAILURE_LIMIT": ("MEMORY_AUTH_FAILURE_LIMIT", _rate),
+    "LOGIN_USER_FAILURE_LIMIT": ("MEMORY_LOGIN_USER_FAILURE_LIMIT", _rate),
+    "TRUSTED_PROXIES": ("MEMORY_TRUSTED_PROXIES", _networks),
     "SNAPSHOT_KEEP_DAYS": ("MEMORY_SNAPSHOT_KEEP_DAYS", lambda name: _int(name, 90, minimum=1)),
     "MAX_IMPORT_BYTES": ("MEMORY_MAX_IMPORT_BYTES", lambda name: _int(name, 64 * 1024 * 1024, minimum=1024)),
 }

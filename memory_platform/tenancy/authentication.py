@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from datetime import timedelta
 
 from django.db import connection
@@ -13,7 +14,7 @@ from rest_framework.request import Request
 from memory_platform import db
 
 from .audit import key_used
-from .login_throttle import client_address, count_failure
+from .login_throttle import api_key_failure
 from .models import ApiKey, Tenant
 
 # last_used_at is informational: refresh it at most once a minute per key, so reads stay reads.
@@ -63,8 +64,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         secret = secret.strip()
         key = key_for(secret)
         if key is None:
-            # Guessing keys costs the guesser: past the failure limit an address waits.
-            wait = count_failure(client_address(request))
+            # Past the failure limit an address's invalid keys get 429 (tenancy.login_throttle).
+            wait = api_key_failure(request, time.time())
             if wait is not None:
                 raise exceptions.Throttled(wait=wait, detail="too many invalid API keys from this address")
             raise exceptions.AuthenticationFailed("invalid or revoked API key")
