@@ -77,3 +77,20 @@ def test_a_database_url_may_name_a_unix_socket_directory():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[0] == "/Srv/Pg Sockets memory app"
+
+
+def test_trusted_proxies_are_read_as_networks_and_a_bad_one_is_refused():
+    shown = "from memory_platform.conf import memory_settings as m; print(m.TRUSTED_PROXIES)"
+    result = _import_settings(
+        shown, DATABASE_URL="postgres://u@localhost/db", DEBUG="1", MEMORY_TRUSTED_PROXIES="10.0.0.0/8, ::1"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "('10.0.0.0/8', '::1/128')"
+    result = _import_settings(
+        shown,
+        DATABASE_URL="postgres://u@localhost/db",
+        DEBUG="1",
+        MEMORY_TRUSTED_PROXIES="10.0.0.0/8,proxy.lan",
+    )
+    assert result.returncode != 0
+    assert "MEMORY_TRUSTED_PROXIES: 'proxy.lan' is not an IP address" in result.stderr
