@@ -202,17 +202,23 @@ def hit(
     if episode.layer == Layer.HOT or (snippet is not None and best):
         ids = {t.pk: t.public_id for t in turns}
         body["matched_turn_ids"] = [ids[t] for t, _ in best if t in ids]
-    return _with_scores(body, similarity, explain)
+    return _with_scores(body, similarity, explain, turns)
 
 
 def _with_scores(
-    body: dict[str, Any], similarity: float | None, explain: dict[str, Any] | None
+    body: dict[str, Any], similarity: float | None, explain: dict[str, Any] | None, turns: Sequence[Any]
 ) -> dict[str, Any]:
-    """A hit's ``similarity`` (with ``min_score``) and ``explain`` parts, when asked for."""
+    """A hit's ``similarity`` (with ``min_score``) and ``explain`` parts, when asked for. Search
+    explains a hit by its best turn's internal id; the answer names that turn by its public id
+    (``turns`` holds every turn of the episode: docs/decisions/0014-public-ids.md)."""
     if similarity is not None:
         body["similarity"] = round(similarity, 6)
     if explain:
-        body["explain"] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in explain.items()}
+        shown = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in explain.items()}
+        if shown.get("best_turn_id") is not None:
+            ids = {t.pk: t.public_id for t in turns}
+            shown["best_turn_id"] = ids.get(shown["best_turn_id"])
+        body["explain"] = shown
     return body
 
 
@@ -284,7 +290,7 @@ def compact_hit(
     }
     if episode.state != State.ACTIVE:
         body["state"] = episode.state
-    return _with_scores(body, similarity, explain)
+    return _with_scores(body, similarity, explain, turns)
 
 
 def prompt_line(

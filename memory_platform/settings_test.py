@@ -21,3 +21,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 MEMORY = {**MEMORY, "USAGE_FLUSH_SECONDS": 3600.0}  # noqa: F405
 # The suite makes requests faster than any client would; the rate-limit tests set their own limits.
 MEMORY.update(RATE_LIMIT="100000/s", TENANT_RATE_LIMIT="100000/s", AUTH_FAILURE_LIMIT="100000/min")
+# Every API answer is read for the tables' integer ids (tests/public_answers.py); outermost, so it
+# reads what the client receives.
+MIDDLEWARE = ["tests.public_answers.InternalIdWatch", *MIDDLEWARE]  # noqa: F405

@@ -56,6 +56,16 @@ def _clean_redis():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _public_ids_only():
+    """The test's API answers named no episode or turn by its integer key (tests/public_answers.py)."""
+    from tests import public_answers
+
+    public_answers.seen.clear()
+    yield
+    assert not public_answers.seen, f"internal ids in API answers: {public_answers.seen[:5]}"
+
+
 def manage_py_environment(**extra: str) -> dict[str, str]:
     """The environment of a ``manage.py`` process on this suite's servers and test database."""
     import os

@@ -7,6 +7,7 @@ import pytest
 
 from episodes import public_ids
 from episodes.models import Episode, Turn
+from tests.public_answers import internal_ids
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -123,3 +124,28 @@ def test_a_cursor_names_a_memory_of_the_caller_only(caller, outsider):
     foreign = outsider.get("/api/v1/memories", {"cursor": page["next_cursor"]})
     assert foreign.status_code == 404 and "cursor" in foreign.json()["error"]["message"]
     assert caller.get("/api/v1/memories", {"cursor": "not-a-cursor"}).status_code == 400
+
+
+def test_the_watch_on_every_answer_finds_integer_ids():
+    """What ``tests/public_answers.py`` reads in every API answer of the suite."""
+    public = "01JDQ6Z1X2V3W4Y5Z6A7B8C9D0"
+    clean = {
+        "id": public,
+        "results": [{"episode_id": public, "matched_turn_ids": [public], "explain": {"best_turn_id": None}}],
+        "scope": {"user_id": "42", "session_id": "7"},  # the caller's own names
+        "metadata": {"order_id": 12},
+        "unpack": f"/api/v1/memories/{public}/unpack",
+    }
+    assert list(internal_ids(clean)) == []
+    leaks = {
+        "results": [
+            {"explain": {"best_turn_id": 3}, "turn_ids": [public, 4], "expand": "/api/v1/memories/5"}
+        ],
+        "source_id": "6",
+    }
+    assert sorted(internal_ids(leaks)) == [
+        "$.results[0].expand='/api/v1/memories/5'",
+        "$.results[0].explain.best_turn_id=3",
+        "$.results[0].turn_ids=4",
+        "$.source_id='6'",
+    ]

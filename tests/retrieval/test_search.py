@@ -102,6 +102,8 @@ def test_hot_hits_carry_their_matched_turns_and_deep_ones_every_turn(caller, cor
     assert {"vector_rank", "text_rank", "rrf", "recency", "frequency", "anchor", "relevance"} <= set(
         top["explain"]
     )
+    # The best turn is named as the answer names turns: by its public id.
+    assert top["explain"]["best_turn_id"] == top["matched_turn_ids"][0]
     deep = search(caller, "which hotel near the river in Lisbon", depth="deep")["results"][0]
     assert deep["turn_ids"] == corpus["trip_turns"] and "snippet" not in deep
     assert [t["id"] for t in deep["turns"]] == corpus["trip_turns"]
