@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import models
@@ -183,15 +184,60 @@ def hot_text(text: str) -> str:
     return _UNSPLIT.sub(" ", text.lower())
 
 
-def query_words(text: str) -> list[str]:
-    """A query's words, lower-cased, Chinese segmented, stopwords of any of the languages dropped."""
-    return [w for w in WORD.findall(query_text(text).lower()) if w not in stopwords()]
+#: What one query may ask of the full-text engines that every tenant shares (both tiers; see
+#: docs/decisions/0037-queries-that-cannot-stall-the-engines.md). A query's words count once each;
+#: it keeps its first ``MAX_QUERY_TERMS`` words (a question has about ten), and leaves out words
+#: longer than ``MAX_TERM_CHARS`` (no language has them; Postgres cannot index one of 2,047 bytes).
+MAX_QUERY_TERMS = 64
+MAX_TERM_CHARS = 100
+#: RediSearch 2.10 switches a union of more than 20 terms (its ``UNION_ITERATOR_HEAP``) to a heap,
+#: and that heap never ends, the server spinning without answering even PING, when the query is
+#: read as Chinese and one term is in a third script ("ü", Cyrillic): measured, from 21 terms on.
+#: Such a query keeps its first ``MIXED_CHINESE_TERMS`` words.
+MIXED_CHINESE_TERMS = 20
+
+
+@dataclass(frozen=True)
+class QueryTerms:
+    """A query as the full-text engines are given it: its words (``words``: lower-cased, Chinese
+    segmented, stopwords of any language dropped, each once, within the caps above), the text
+    Postgres's parser reads (``text``), and why words were left out ("" when none were)."""
+
+    words: tuple[str, ...]
+    text: str
+    narrowed: str = ""
+
+
+def _foreign_to_chinese(word: str) -> bool:
+    """Whether ``word`` holds a character that is neither ASCII nor Chinese."""
+    return any(ord(c) > 0x7F for c in word) and not HAN_RUN.fullmatch(word)
+
+
+def query_terms(text: str) -> QueryTerms:
+    """``text`` as the full-text engines of both tiers are given it (``QueryTerms``). Postgres reads
+    the query as it came (Chinese segmented without its stopwords; the configuration knows the
+    English and Russian ones), unless words were left out: then it reads the words kept."""
+    segmented = _segmented(text, stopwords())
+    found = [w for w in WORD.findall(segmented.lower()) if w not in stopwords()]
+    unique = list(dict.fromkeys(found))
+    words = [w for w in unique if len(w) <= MAX_TERM_CHARS]
+    notes = []
+    if len(words) < len(unique):
+        notes.append(f"{len(unique) - len(words)} word(s) longer than {MAX_TERM_CHARS} characters left out")
+    limit = MAX_QUERY_TERMS
+    if query_language(text) == Language.CHINESE and any(_foreign_to_chinese(w) for w in words):
+        limit = MIXED_CHINESE_TERMS
+    if len(words) > limit:
+        notes.append(f"the first {limit} of its {len(words)} distinct words searched")
+        words = words[:limit]
+    if not notes:
+        return QueryTerms(tuple(words), segmented)
+    return QueryTerms(tuple(words), " ".join(words), "query narrowed: " + "; ".join(notes))
 
 
 def query_text(text: str) -> str:
-    """A query as Postgres's parser should read it: Chinese segmented without its stopwords (the
-    configuration knows the English and Russian ones); text without Chinese unchanged."""
-    return _segmented(text, stopwords())
+    """A query as Postgres's parser should read it (``query_terms``)."""
+    return query_terms(text).text
 
 
 def query_language(text: str) -> str:

@@ -74,6 +74,11 @@ DEFAULTS: dict[str, Any] = {
     "USAGE_FLUSH_SECONDS": 0.5,
     # hot index
     "HOT_INDEX_ALGORITHM": "FLAT",
+    # Redis calls a request waits on (searches, rate limits) give up after this many seconds, and
+    # each hot-tier query asks RediSearch to give up after HOT_QUERY_TIMEOUT_MS (the search then
+    # answers from Postgres, degraded; memory_platform.redis_client)
+    "REDIS_QUICK_TIMEOUT": 1.0,
+    "HOT_QUERY_TIMEOUT_MS": 500,
     # a tenant's hot tier, in bytes of turn text and vectors (Episode.hot_bytes); a policy
     # overrides it. Over it, ingest sends the least recently used hot episodes to warm first.
     "HOT_QUOTA_BYTES": 64 * 1024 * 1024,

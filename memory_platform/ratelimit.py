@@ -141,7 +141,7 @@ def hit_all(buckets: list[tuple[str, Rate]], now: float) -> float | None:
     rate, else None."""
     windows = [_Window.of(bucket, rate, now) for bucket, rate in buckets]
     try:
-        pipe = get_redis().pipeline(transaction=False)
+        pipe = get_redis(quick=True).pipeline(transaction=False)
         for window in windows:
             pipe.incr(window.key)
             pipe.expire(window.key, window.rate.seconds + 1)
@@ -166,7 +166,7 @@ def over_all(buckets: list[tuple[str, Rate]], now: float) -> float | None:
     if not windows:
         return None
     try:
-        counts = [int(c or 0) for c in get_redis().mget([window.key for window in windows])]
+        counts = [int(c or 0) for c in get_redis(quick=True).mget([window.key for window in windows])]
     except (redis.RedisError, OSError) as exc:
         _redis_lost(exc)
         counts = local_windows.get(windows, now)

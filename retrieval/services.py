@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from episodes import shapes
-from episodes.language import query_language
+from episodes.language import query_language, query_terms
 from episodes.models import Episode, Layer, State
 from episodes.scope import ALL_LAYERS, Scope
 from episodes.services import EpisodeNotFound
@@ -82,6 +82,8 @@ class SearchResult:
     stale: bool = False
     #: Why the answer is degraded ("" when it is not).
     reason: str = ""
+    #: Which of the query's words full text left out, and why ("" when none: ``query_terms``).
+    narrowed: str = ""
     #: The hits the lists found (a use of them is an access), and those a hop from another reached
     #: (``retrieval.hops``; a use of them is a traversal).
     accessed: list[int] = field(default_factory=list)
@@ -244,6 +246,7 @@ def search(
         query_vector=vector,
         stale=bool(missed) and not outage,
         reason=reason,
+        narrowed=query_terms(query.text).narrowed if text else "",
         accessed=accessed,
         traversed=traversed,
     )
@@ -332,6 +335,7 @@ def search_shaped(
         "degraded_reason": result.reason or None,
         "stale": result.stale,
         "took_ms": round(result.took_ms, 2),
+        **({"explain": {"query_narrowed": result.narrowed or None}} if query.explain else {}),
     }
 
 

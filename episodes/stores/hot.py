@@ -94,8 +94,11 @@ def _vector_query(
 class HotStore:
     """Redis-backed hot index for one deployment; every method takes the tenant explicitly."""
 
-    def __init__(self, client: redis.Redis | None = None):
+    def __init__(self, client: redis.Redis | None = None, reader: redis.Redis | None = None):
         self.client = client or get_redis()
+        #: The client of the searches a request waits on: its socket timeout is short
+        #: (``memory_platform.redis_client``).
+        self.reader = reader or (client if client is not None else get_redis(quick=True))
         self._ensured: set[str] = set()
         self._legacy_dropped = False
 
@@ -331,7 +334,7 @@ class HotStore:
         # a query holds nothing else; and RediSearch 8.2 crashes on some unions of stopwords).
         # Each document is analysed in its own language (its `language` field); the query in the
         # language it is written in (Chinese segmented here, as the documents were).
-        words = " ".join(language.query_words(text))
+        words = " ".join(language.query_terms(text).words)
         if not words:
             return []
         index = self.ensure_index(tenant_hex)
@@ -345,7 +348,7 @@ class HotStore:
             text_scorer=TEXT_SCORER,
         )
         query.language(language.REDISEARCH[language.query_language(text)])
-        return hot_replies.hits(self._run(index, query)[0], distance=False)
+        return hot_replies.hits(self._run(index, query, client=self.reader)[0], distance=False)
 
     def vector_search(
         self,
@@ -364,12 +367,16 @@ class HotStore:
         query = _vector_query(
             vector, self._filter(tenant_hex, doctype, scope), k, _hybrid_policy(scope), fields
         )
-        return hot_replies.hits(self._run(index, query)[0], distance=True)
+        return hot_replies.hits(self._run(index, query, client=self.reader)[0], distance=True)
 
-    def _run(self, index: str, *queries: BaseQuery) -> list[Any]:
-        """FT.SEARCH each query on ``index``, pipelined in one round trip; the raw replies in order."""
-        pipe = self.client.pipeline(transaction=False)
+    def _run(self, index: str, *queries: BaseQuery, client: redis.Redis | None = None) -> list[Any]:
+        """FT.SEARCH each query on ``index``, pipelined in one round trip; the raw replies in order.
+        Each query asks RediSearch to give up after ``HOT_QUERY_TIMEOUT_MS`` (the module runs with
+        ``ON_TIMEOUT FAIL``: an error, never a partial answer)."""
+        pipe = (client or self.client).pipeline(transaction=False)
+        timeout = int(memory_settings.HOT_QUERY_TIMEOUT_MS)
         for query in queries:
+            query.timeout(timeout)
             params = [part for name, value in (query.params or {}).items() for part in (name, value)]
             pipe.execute_command(
                 "FT.SEARCH",
@@ -383,7 +390,7 @@ class HotStore:
         """The vectors of these documents (those still there), as the KNN index holds them."""
         if not doc_ids:
             return {}
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self.reader.pipeline(transaction=False)
         for doc_id in doc_ids:
             pipe.hget(doc_id, "embedding")
         return {

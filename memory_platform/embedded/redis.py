@@ -251,6 +251,10 @@ class EmbeddedRedis:
             raise RuntimeError(f"redis-server failed to start: {result.stderr or result.stdout}")
         self._wait_ready(port, timeout)
         collect_index_garbage(self.url())
+        # This process's clients may have given up on the server that ran before (their circuit).
+        from memory_platform import redis_client
+
+        redis_client.reset()
         return self.status()
 
     def _require_password(self) -> None:
