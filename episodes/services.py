@@ -208,7 +208,7 @@ def _ingest_scope(
     touched: dict[int, Episode],
     turn_objs: list[tuple[int, Turn]],
 ) -> None:
-    open_episode = (
+    latest = (
         Episode.objects.select_for_update()
         .filter(
             tenant=tenant,
@@ -220,6 +220,10 @@ def _ingest_scope(
         .order_by("-last_occurred_at", "-id")
         .first()
     )
+    # A pinned episode takes no more turns: what is pinned keeps the weight it was checked at
+    # (docs/decisions/0038-pinned-memories-within-the-hot-quota.md); the session goes on in a new
+    # episode that continues it.
+    open_episode = latest if latest is not None and not latest.anchor else None
     state: OpenEpisode | None = None
     if open_episode is not None:
         centroid = None
@@ -235,7 +239,7 @@ def _ingest_scope(
         )
         Turn.objects.filter(pk__in=list(last)).update(context_embedding=None)
     last_seq = Turn.objects.filter(tenant=tenant, **scope.owner_fields()).aggregate(m=Max("seq"))["m"] or 0
-    previous: Episode | None = open_episode
+    previous: Episode | None = latest
     for i in indices:
         turn = turns[i]
         occurred_at = turn.occurred_at or now

@@ -31,6 +31,7 @@ from memory_platform.tenancy.models import Tenant
 from . import scoring
 from .journal import FORGET_FIELDS, journal_record
 from .models import TickRun, policy_for
+from .quota import pin_check, pinned_weight
 
 logger = logging.getLogger(__name__)
 
@@ -88,17 +89,23 @@ def forget_journaled(
 def episode_restore(*, tenant: Tenant, episode_id: int, now: datetime, actor: str) -> Episode:
     """Undo a forget within the tenant's purge grace period, journaled in the same transaction:
     rolling the entry back forgets the episode again as it was. Raises EpisodeNotFound, and
-    ConflictError when it is not forgotten or its grace period is over."""
+    ConflictError when it is not forgotten or its grace period is over, or (PinnedCapExceeded)
+    when it is pinned and the tenant's pins have no room for it any more."""
     grace_days = policy_for(tenant).purge_grace_days
     with transaction.atomic():
         prior = (
             Episode.objects.select_for_update()
             .filter(tenant=tenant, pk=episode_id)
-            .values(*FORGET_FIELDS)
+            .values(*FORGET_FIELDS, "anchor", "hot_bytes")
             .first()
         )
         if prior is None:
             raise EpisodeNotFound(episode_id)
+        pinned, weight = prior.pop("anchor"), prior.pop("hot_bytes")
+        if prior["state"] == State.FORGOTTEN:  # a forgotten anchor weighs nothing until it is back
+            pin_check(
+                tenant=tenant, adding=pinned_weight(anchor=pinned, state=State.ACTIVE, hot_bytes=weight)
+            )
         episode = curation.episode_restore(
             tenant=tenant, episode_id=episode_id, now=now, grace_days=grace_days
         )

@@ -12,11 +12,12 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Q, Sum
 from django.db.models.lookups import Exact, LessThanOrEqual
 from fsrs.scheduler import DEFAULT_PARAMETERS, Scheduler
 
 from episodes.language import Language
+from episodes.models import Episode, State
 from memory_platform.conf import memory_settings
 from memory_platform.openai_compat import validate_base_url
 from memory_platform.tenancy.models import Tenant
@@ -69,7 +70,7 @@ UNIT_FIELDS = PRIORITY_WEIGHTS + (
     "retrievability_cold_at_or_below", "forget_below_retrievability", "rrf_vector_weight",
     "rrf_text_weight", "merge_similarity", "episode_split_similarity", "adr_decay_factor",
     "adr_initial_weight", "adr_min_weight", "adr_archive_weight", "adr_archive_significance",
-    "warm_target_ratio",
+    "warm_target_ratio", "hot_pinned_share",
 )
 # fmt: on
 #: Periods in days, at most ``MAX_DAYS`` (a century): the tick subtracts them from `now`, and
@@ -152,6 +153,12 @@ class MemoryPolicy(models.Model):
         default=_setting("HOT_QUOTA_BYTES"),
         help_text="DESIGN §3 LRU: at most this many bytes of turn text and vectors hot per tenant; over it, "
         "ingest sends the least recently used hot episodes to warm before indexing new ones",
+    )
+    hot_pinned_share = _f(
+        0.25,
+        "the share of hot_quota_bytes a tenant's pinned episodes (anchors, in any layer) may weigh; a pin "
+        "past it is refused, and the rest of the quota stays for the working set "
+        "(docs/decisions/0038-pinned-memories-within-the-hot-quota.md)",
     )
     warm_points_max = _n(8, "seed 001 warm gradient: key points kept at hot_days")
     warm_points_min = _n(3, "seed 001 warm gradient: key points kept at cold_days")
@@ -307,6 +314,11 @@ class MemoryPolicy(models.Model):
     def __str__(self) -> str:
         return f"{self.tenant.name}'s policy ({self.preset})"
 
+    @property
+    def pinned_cap_bytes(self) -> int:
+        """What the tenant's pinned episodes may weigh: ``hot_pinned_share`` of ``hot_quota_bytes``."""
+        return int(self.hot_pinned_share * self.hot_quota_bytes)
+
     def clean(self) -> None:
         errors: dict[str, str] = {}
         for name in NONNEG_FIELDS:
@@ -348,8 +360,34 @@ class MemoryPolicy(models.Model):
             for name in ("llm_base_url", "llm_model"):
                 if not getattr(self, name):
                     errors[name] = f"{name} is required when the summariser is 'llm'."
+        if not errors.keys() & {"hot_pinned_share", "hot_quota_bytes"}:
+            lowered = self._pinned_cap_lowered_below_pins()
+            if lowered:
+                errors["hot_pinned_share"] = lowered
         if errors:
             raise ValidationError(errors)
+
+    def _pinned_cap_lowered_below_pins(self) -> str:
+        """Why a change that lowers the pinned cap below what the tenant has pinned is refused, or "".
+
+        The platform never unpins: a cap under the pins would leave the hot tier over its quota
+        with nothing allowed to leave. A change that keeps or raises the cap passes even when the
+        tenant is over it already (pins made before the cap existed): new pins are refused until
+        it is under. See docs/decisions/0038-pinned-memories-within-the-hot-quota.md."""
+        if self.tenant_id is None:
+            return ""
+        cap = self.pinned_cap_bytes
+        saved = MemoryPolicy.objects.filter(pk=self.pk).first() if self.pk else None
+        if saved is not None and cap >= saved.pinned_cap_bytes:
+            return ""
+        pinned = pinned_bytes(self.tenant_id)
+        if pinned <= cap:
+            return ""
+        return (
+            f"the pinned cap would be {cap} bytes (hot_pinned_share {self.hot_pinned_share:g} of "
+            f"hot_quota_bytes {self.hot_quota_bytes}), below the {pinned} bytes this tenant has pinned; "
+            f"unpin at least {pinned - cap} bytes first (GET /api/v1/memories?anchor=true lists the pins)"
+        )
 
 
 def fsrs_parameters_error(value: Any) -> str:
@@ -363,6 +401,18 @@ def fsrs_parameters_error(value: Any) -> str:
     except ValueError as exc:
         return f"fsrs_parameters: {exc}"
     return ""
+
+
+def pinned_bytes(tenant_id: Any) -> int:
+    """What a tenant's pinned episodes weigh in hot (``Episode.hot_bytes`` of its anchors in any
+    layer, forgotten ones aside): the figure ``MemoryPolicy.pinned_cap_bytes`` bounds
+    (``lifecycle.quota.pin_check``)."""
+    total = (
+        Episode.objects.filter(tenant_id=tenant_id, anchor=True)
+        .exclude(state=State.FORGOTTEN)
+        .aggregate(total=Sum("hot_bytes"))["total"]
+    )
+    return int(total or 0)
 
 
 def policy_for(tenant: Tenant) -> MemoryPolicy:

@@ -1,6 +1,14 @@
 """A tenant's hot tier is bounded in bytes (DESIGN §3 LRU): one tenant can never fill the Redis
 that every tenant's hot index lives in.
 
+Pinned episodes (anchors) never leave hot by this rule, so they have a cap of their own inside the
+quota: ``MemoryPolicy.pinned_cap_bytes`` (``hot_pinned_share`` of ``hot_quota_bytes``) bounds what
+the tenant's anchors weigh, in whatever layer they are (``policy.pinned_bytes``). Every way to pin
+(a pinned memory, the pin endpoint, restoring or rolling back to a pinned episode, an import)
+calls ``pin_check`` first and is refused whole past the cap; an anchor takes no turns after it was
+pinned (``episodes.services``). Pinned bytes within their cap and unpinned ones sent to warm past
+the rest: the sum holds (docs/decisions/0038-pinned-memories-within-the-hot-quota.md).
+
 Ingest calls ``make_room`` once its turns are durable and before they are indexed (and unpacking
 or pinning, once an episode is back in hot): while the
 tenant's hot episodes weigh more than its policy's ``hot_quota_bytes``, the least recently used of
@@ -15,16 +23,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
+from django.db import connection
 from django.db.models import Sum
 
 from episodes.models import Episode, Layer, State
+from episodes.services import ConflictError
 from memory_platform.tenancy.models import Tenant
 
 from . import transitions
 from .compression import get_summariser
-from .models import policy_for
+from .models import MemoryPolicy, policy_for
 from .moves import warm_shape
+from .policy import pinned_bytes
+
+__all__ = ["PinnedCapExceeded", "hot_bytes", "make_room", "pin_check", "pinned_bytes", "pinned_weight"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +51,57 @@ def hot_bytes(tenant: Tenant) -> int:
         .aggregate(total=Sum("hot_bytes"))["total"]
     )
     return int(total or 0)
+
+
+class PinnedCapExceeded(ConflictError):
+    """A pin that would take the tenant's pinned bytes past its cap; nothing was written."""
+
+    def __init__(self, *, policy: MemoryPolicy, pinned: int, adding: int):
+        self.cap_bytes = policy.pinned_cap_bytes
+        self.pinned_bytes = pinned
+        self.adding_bytes = adding
+        self.hot_pinned_share = policy.hot_pinned_share
+        self.hot_quota_bytes = policy.hot_quota_bytes
+        super().__init__(
+            f"pinning this would take the tenant's pinned memories to {pinned + adding} bytes, past their "
+            f"cap of {self.cap_bytes} bytes (hot_pinned_share {self.hot_pinned_share:g} of hot_quota_bytes "
+            f"{self.hot_quota_bytes}): {pinned} bytes are pinned now and this adds {adding}; unpin "
+            "something first, or write it unpinned"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "cap": "hot_pinned_share",
+            "cap_bytes": self.cap_bytes,
+            "pinned_bytes": self.pinned_bytes,
+            "adding_bytes": self.adding_bytes,
+            "hot_pinned_share": self.hot_pinned_share,
+            "hot_quota_bytes": self.hot_quota_bytes,
+        }
+
+
+def pinned_weight(*, anchor: bool, state: str, hot_bytes: int) -> int:
+    """What one episode counts against its tenant's pinned cap: its hot bytes while it is a pinned,
+    unforgotten episode; nothing otherwise. A write that pins adds the difference it makes."""
+    return int(hot_bytes) if anchor and state != State.FORGOTTEN else 0
+
+
+def pin_check(*, tenant: Tenant, adding: int, policy: MemoryPolicy | None = None) -> None:
+    """Raise PinnedCapExceeded when ``adding`` more pinned bytes would take the tenant past its cap.
+
+    Called inside the transaction that pins, before it writes: the lock, held until that
+    transaction ends, makes two concurrent pins of one tenant check one after the other (each
+    would pass alone and both together go over). Nothing to add, nothing to check."""
+    if adding <= 0:
+        return
+    if not connection.in_atomic_block:
+        raise RuntimeError("pin_check runs inside the transaction that pins (its lock lasts until the end)")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"pins|{tenant.pk}"])
+    policy = policy or policy_for(tenant)
+    pinned = pinned_bytes(tenant.pk)
+    if pinned + adding > policy.pinned_cap_bytes:
+        raise PinnedCapExceeded(policy=policy, pinned=pinned, adding=adding)
 
 
 def make_room(

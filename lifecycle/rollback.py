@@ -21,6 +21,7 @@ from . import transitions
 from .hotsync import sync_episode
 from .journal import RESTORABLE_FIELDS, from_json, journal_record
 from .models import Candidate, JournalEntry
+from .quota import PinnedCapExceeded, pin_check, pinned_weight
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ def _rollback(entry: JournalEntry, now: datetime, actor: str) -> list[JournalEnt
         raise RollbackError(refusal)
     episode = Episode.objects.select_for_update().get(tenant=entry.tenant, pk=entry.episode_id)
     undone = rollback_plan(entry, lock=True)
+    _check_pins(episode, undone)
     for item in undone:
         if item.action in IRREVERSIBLE:
             raise RollbackError(f"entry {item.pk} ({item.action}) cannot be rolled back")
@@ -97,6 +99,22 @@ def _rollback(entry: JournalEntry, now: datetime, actor: str) -> list[JournalEnt
     # Re-index a hot episode whole (its state tag too), or take a packed one out of Redis.
     transaction.on_commit(lambda: sync_episode(episode.tenant_id, episode.pk))
     return undone
+
+
+def _check_pins(episode: Episode, undone: list[JournalEntry]) -> None:
+    """Refuse, before anything is written, a rollback that pins the episode again (an unpin
+    undone, a forgotten anchor restored, turns of an anchor put back) past its tenant's pinned
+    cap (``quota.pin_check``)."""
+    names = ("anchor", "state", "hot_bytes")
+    current = {name: getattr(episode, name) for name in names}
+    restored = dict(current)
+    for item in undone:  # newest first: the oldest entry's values are the ones that stay
+        restored.update({name: from_json(name, item.before[name]) for name in names if name in item.before})
+    adding = pinned_weight(**restored) - pinned_weight(**current)
+    try:
+        pin_check(tenant=episode.tenant, adding=adding)
+    except PinnedCapExceeded as exc:
+        raise RollbackError(str(exc)) from None
 
 
 def _undo(entry: JournalEntry, episode: Episode) -> None:

@@ -9,6 +9,7 @@ hand edit of an episode is here (``episode_edit``), journaled like the rest.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -20,7 +21,7 @@ from django.db.models import F, Field
 from episodes import services as episode_services
 from episodes.curation import episode_for_update
 from episodes.language import language_of
-from episodes.models import Episode, Layer, Link
+from episodes.models import Episode, Layer, Link, turn_hot_bytes
 from episodes.services import (
     ConflictError,
     EpisodeNotFound,
@@ -39,7 +40,7 @@ from .hotsync import sync_episode
 from .journal import EDITABLE_FIELDS, journal_record, snapshot
 from .models import MemoryPolicy, PolicyChange, policy_for
 from .policy import policy_diff
-from .quota import make_room
+from .quota import PinnedCapExceeded, make_room, pin_check
 from .rollback import RollbackError, rollback_journal_entry
 from .selectors import segmentation_rules
 from .tick import STEPS, TickBusy, TickInterrupted, tick_preview, tick_run
@@ -47,6 +48,7 @@ from .tick import STEPS, TickBusy, TickInterrupted, tick_preview, tick_run
 __all__ = [
     "STEPS",
     "CandidateError",
+    "PinnedCapExceeded",
     "RollbackError",
     "TickBusy",
     "TickInterrupted",
@@ -94,14 +96,22 @@ def turns_ingest(
 
 
 def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Episode:
-    """An explicit memory (a fact, a preference), its tenant's hot tier kept within its quota."""
-    given = language_of(memory.text, given=memory.language, default=policy_for(tenant).language)
-    episode = episode_services.memory_create(
-        tenant=tenant,
-        memory=dataclasses.replace(memory, language=given),
-        now=now,
-        make_room=lambda ids: make_room(tenant=tenant, now=now, arriving=ids),
-    )
+    """An explicit memory (a fact, a preference), its tenant's hot tier kept within its quota; a
+    pinned one also within the tenant's pinned cap (PinnedCapExceeded, nothing written)."""
+    policy = policy_for(tenant)
+    given = language_of(memory.text, given=memory.language, default=policy.language)
+    # A pin is checked and written in one transaction (its lock keeps a concurrent pin out until
+    # the commit), refused before anything is embedded or written. An unpinned memory is embedded
+    # outside any transaction, as before.
+    with transaction.atomic() if memory.anchor else contextlib.nullcontext():
+        if memory.anchor:
+            pin_check(tenant=tenant, adding=turn_hot_bytes(memory.text), policy=policy)
+        episode = episode_services.memory_create(
+            tenant=tenant,
+            memory=dataclasses.replace(memory, language=given),
+            now=now,
+            make_room=lambda ids: make_room(tenant=tenant, now=now, arriving=ids),
+        )
     counters.add(tenant.pk, "memories_created")
     return episode
 
@@ -134,10 +144,13 @@ def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int
 
 def episode_pin(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime, actor: str) -> Episode:
     """Pin or unpin, journaled. A pinned episode never goes cold (seed 003 §4.6), so pinning a cold
-    one brings it back to hot in the same move."""
+    one brings it back to hot in the same move. A pin past the tenant's pinned cap raises
+    PinnedCapExceeded and changes nothing (``quota.pin_check``)."""
     promoted = False
     with transaction.atomic():
         episode = episode_for_update(tenant, episode_id)
+        if anchor and not episode.anchor:
+            pin_check(tenant=tenant, adding=episode.hot_bytes)
         if episode.anchor != anchor:
             if anchor and episode.layer == Layer.COLD:
                 move = transitions.Move(now=now, actor=actor)

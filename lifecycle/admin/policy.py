@@ -41,6 +41,7 @@ FIELDSETS: tuple[tuple[str | None, dict[str, Any]], ...] = (
             "fields": (
                 ("hot_days", "cold_days", "promote_after_accesses"),
                 ("hot_cap_per_session", "hot_quota"),
+                ("hot_quota_bytes", "hot_pinned_share"),
                 ("warm_points_max", "warm_points_min"),
                 ("priority_recency_weight", "priority_frequency_weight"),
                 ("priority_anchor_weight", "priority_relevance_weight"),

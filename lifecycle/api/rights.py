@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memory_platform.api.base import TenantAPIView
-from memory_platform.api.errors import Conflict, PayloadTooLarge, ServiceUnavailable
+from memory_platform.api.errors import Conflict, OverQuota, PayloadTooLarge, ServiceUnavailable
 from memory_platform.api.serializers import StrictSerializer
 from memory_platform.conf import memory_settings
 from memory_platform.tenancy.audit import EXPORT, audit_record
@@ -27,6 +27,7 @@ from .. import erasure
 from ..portability.export import ExportFilter, export_lines
 from ..portability.records import FormatError
 from ..portability.sources import FORMATS, import_body
+from ..quota import PinnedCapExceeded
 
 
 class ExportQuerySerializer(StrictSerializer):
@@ -93,15 +94,39 @@ class RawBodyParser(BaseParser):
         return None
 
 
+#: The body as the schema states it: any text, but never empty (``sources.import_body``).
+IMPORT_BODY = {
+    "type": "string",
+    "minLength": 1,
+    "description": "UTF-8 JSON lines: this platform's export, mem0 memories (or a JSON document of "
+    "them), or turns",
+}
+IMPORT_DESCRIPTION = (
+    "The whole body is read and checked before anything is written. An empty body, one that is not "
+    "UTF-8, a line that is not JSON or that nests deeper than MEMORY_MAX_JSON_DEPTH, holds the NUL "
+    "character or a number that is not finite, and a record that breaks its format are each a 400 "
+    "naming the line and the field. Importing the same body twice changes nothing."
+)
+
+
 class ImportView(TenantAPIView):
     required_scope = "admin"
     parser_classes = [RawBodyParser]
 
     @extend_schema(
         parameters=[ImportQuerySerializer],
-        request=OpenApiRequest(OpenApiTypes.STR),
+        description=IMPORT_DESCRIPTION,
+        request=OpenApiRequest(IMPORT_BODY),
         responses={
             200: OpenApiResponse(description="what was created, left unchanged, written over or skipped"),
+            400: OpenApiResponse(
+                description="the body is empty, not UTF-8, or a line is not what its format says "
+                "(`details.body` names the line and the field); nothing was written"
+            ),
+            409: OpenApiResponse(
+                description="the import's pinned memories would take the tenant past its pinned cap; "
+                "nothing was written (details as for a pin)"
+            ),
             413: OpenApiResponse(description="the body is larger than MEMORY_MAX_IMPORT_BYTES"),
         },
         summary="Import JSON lines: this platform's export, mem0 memories, or turns (idempotent)",
@@ -111,12 +136,12 @@ class ImportView(TenantAPIView):
         query.is_valid(raise_exception=True)
         fmt = query.validated_data.get("source")
         body = _body(request, int(memory_settings.MAX_IMPORT_BYTES))
-        if not body.strip():
-            raise ValidationError({"body": ["empty: send the export's JSON lines"]})
         try:
             report = import_body(tenant=self.tenant, body=body, fmt=fmt, now=timezone.now(), actor=self.actor)
         except FormatError as exc:
             raise ValidationError({"body": [str(exc)]}) from None
+        except PinnedCapExceeded as exc:  # checked before anything was written
+            raise OverQuota(str(exc), exc.as_json()) from None
         return Response(report.as_json())
 
 

@@ -21,7 +21,7 @@ from episodes.api import serializers as episode_serializers
 from episodes.api.views import named, not_found
 from episodes.services import MemoryInput, TurnInput
 from memory_platform.api.base import TenantAPIView
-from memory_platform.api.errors import Conflict, Gone, PayloadTooLarge
+from memory_platform.api.errors import Conflict, Gone, OverQuota, PayloadTooLarge
 from memory_platform.conf import memory_settings
 
 from .. import erasure, services
@@ -30,11 +30,22 @@ from ..stats import tenant_stats
 from . import rights
 from . import serializers as s
 
+#: The 409 of a pin past the tenant's pinned cap (``lifecycle.quota``).
+PINNED_CAP = OpenApiResponse(
+    description="a pin past the tenant's pinned cap (hot_pinned_share of hot_quota_bytes); nothing was "
+    "written. details: cap, cap_bytes, pinned_bytes (now), adding_bytes (this pin), hot_pinned_share, "
+    "hot_quota_bytes"
+)
+
+
+def over_pinned_cap(exc: services.PinnedCapExceeded) -> OverQuota:
+    return OverQuota(str(exc), exc.as_json())
+
 
 class MemoriesView(TenantAPIView):
     @extend_schema(
         request=episode_serializers.MemoryInSerializer,
-        responses={201: dict},
+        responses={201: dict, 409: PINNED_CAP},
         summary="Write an explicit memory",
     )
     def post(self, request: Request) -> Response:
@@ -62,6 +73,8 @@ class MemoriesView(TenantAPIView):
             )
         except episode_services.UserForgotten as exc:
             raise Gone(str(exc)) from None
+        except services.PinnedCapExceeded as exc:
+            raise over_pinned_cap(exc) from None
         return Response(
             episode_selectors.episode_detail(tenant=self.tenant, episode=episode),
             status=status.HTTP_201_CREATED,
@@ -162,9 +175,13 @@ class MemoryAnchorView(TenantAPIView):
             )
         except episode_services.EpisodeNotFound:
             raise not_found(episode_id) from None
+        except services.PinnedCapExceeded as exc:
+            raise over_pinned_cap(exc) from None
         return Response({"id": episode.public_id, "anchor": episode.anchor, "layer": episode.layer})
 
-    @extend_schema(request=None, responses={200: dict}, summary="Pin: never decays, never goes cold")
+    @extend_schema(
+        request=None, responses={200: dict, 409: PINNED_CAP}, summary="Pin: never decays, never goes cold"
+    )
     def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
         return self._set(episode_id, True)
 
@@ -176,7 +193,17 @@ class MemoryAnchorView(TenantAPIView):
 class MemoryRestoreView(TenantAPIView):
     required_scope = "write"
 
-    @extend_schema(request=None, responses={200: dict}, summary="Undo a forget within the grace period")
+    @extend_schema(
+        request=None,
+        responses={
+            200: dict,
+            409: OpenApiResponse(
+                description="not forgotten, past the grace period, or "
+                "a pinned memory past the tenant's pinned cap"
+            ),
+        },
+        summary="Undo a forget within the grace period",
+    )
     def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
         try:
             episode = services.episode_restore(
@@ -187,6 +214,8 @@ class MemoryRestoreView(TenantAPIView):
             )
         except episode_services.EpisodeNotFound:
             raise not_found(episode_id) from None
+        except services.PinnedCapExceeded as exc:
+            raise over_pinned_cap(exc) from None
         except episode_services.ConflictError as exc:
             raise Conflict(str(exc)) from None
         return Response(episode_selectors.episode_detail(tenant=self.tenant, episode=episode))

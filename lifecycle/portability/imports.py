@@ -39,6 +39,7 @@ from ..api.serializers import PolicySerializer
 from ..hotsync import sync_episode
 from ..journal import journal_record, snapshot, to_json
 from ..models import AccessWindow, JournalEntry, MemoryPolicy, policy_for
+from ..quota import make_room, pin_check, pinned_weight
 from ..services import policy_save
 from . import records
 from .reading import EpisodeIn, ExportIn
@@ -106,23 +107,27 @@ def import_export(
         )
     forgotten = set(ForgottenUser.among(tenant, (e.fields.get("user_id", "") for e in data.episodes)))
 
-    if policy is not None:
-        policy_save(policy=policy, now=now, actor=actor)
-        report.policy = "applied (the tenant held no memory)"
-    elif data.policy:
-        report.policy = "kept: the tenant already holds memory"
-
     episodes = [e for e in data.episodes if e.fields.get("user_id", "") not in forgotten]
     if len(episodes) < len(data.episodes):
         report.episodes["skipped"] += len(data.episodes) - len(episodes)
         report.note(
             f"{len(data.episodes) - len(episodes)} episode(s) of users erased from this tenant left out"
         )
+    with transaction.atomic():  # the pins of the whole import, refused before anything is written
+        held = Episode.objects.filter(tenant=tenant, public_id__in=[e.public_id for e in episodes])
+        pin_check(tenant=tenant, adding=_pins_added({e.public_id: e for e in held}, episodes), policy=policy)
+    if policy is not None:
+        policy_save(policy=policy, now=now, actor=actor)
+        report.policy = "applied (the tenant held no memory)"
+    elif data.policy:
+        report.policy = "kept: the tenant already holds memory"
     for start in range(0, len(episodes), BATCH):
         batch = episodes[start : start + BATCH]
         if not keep:
             _embed_again(tenant, batch, computes=embedder.computes)
         written = _write_batch(tenant, batch, now, actor, report)
+        # Hot as exported, within the tenant's hot quota as ingest keeps it (pins have their cap).
+        make_room(tenant=tenant, now=now, arriving=written, actor=actor)
         hot = list(
             Episode.objects.filter(tenant=tenant, pk__in=written, layer=Layer.HOT)
             .exclude(state=State.FORGOTTEN)
@@ -178,6 +183,25 @@ def _embed_again(tenant: Tenant, batch: list[EpisodeIn], *, computes: bool) -> N
         episode.vector = centroid(own) if own else None
 
 
+def _pins_added(existing: Mapping[str, Episode], batch: list[EpisodeIn]) -> int:
+    """What the import adds to the tenant's pinned bytes (``quota.pinned_weight``): new pinned
+    episodes, and held ones it pins, restores or gives more turns; what it unpins is not counted
+    against it, so a later batch can never find less room than this figure."""
+    names = ("anchor", "state", "hot_bytes")
+    adding = 0
+    for e in batch:
+        held = existing.get(e.public_id)
+        if held is not None and any(
+            getattr(held, name) != e.fields.get(name, "") for name in records.OWNER_FIELDS
+        ):
+            continue  # another owner's: skipped by the import
+        current = {name: getattr(held, name) for name in names} if held is not None else None
+        imported = {"anchor": False, "state": State.ACTIVE, "hot_bytes": 0, **(current or {})}
+        imported.update({name: e.fields[name] for name in names if name in e.fields})
+        adding += max(0, pinned_weight(**imported) - (pinned_weight(**current) if current else 0))
+    return adding
+
+
 def _changed(episode: Episode, values: Mapping[str, Any]) -> list[str]:
     """The overwritten fields whose values differ."""
     return [
@@ -199,6 +223,7 @@ def _write_batch(
                 tenant=tenant, public_id__in=[e.public_id for e in batch]
             )
         }
+        pin_check(tenant=tenant, adding=_pins_added(existing, batch))  # pins made meanwhile count
         turn_ids = [t.public_id for e in batch for t in e.turns]
         held = dict(
             Turn.objects.filter(tenant=tenant, public_id__in=turn_ids).values_list("public_id", "episode_id")

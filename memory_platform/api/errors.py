@@ -26,6 +26,18 @@ class Conflict(exceptions.APIException):
     default_code = "conflict"
 
 
+class OverQuota(Conflict):
+    """A write that would take the tenant past a cap of its policy; ``details`` names the cap, what
+    the tenant holds and what the write would add."""
+
+    default_detail = "over a cap of the tenant's policy"
+    default_code = "over_quota"
+
+    def __init__(self, detail: str, details: dict[str, Any]):
+        super().__init__(detail)
+        self.details = details
+
+
 class Gone(exceptions.APIException):
     status_code = status.HTTP_410_GONE
     default_detail = "gone for good"
@@ -71,7 +83,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         details: Any = exc.detail
     else:
         message = str(exc.detail) if not isinstance(exc.detail, dict | list) else str(exc.default_detail)
-        details = {}
+        details = getattr(exc, "details", {})
     response.data = envelope(_code_for(exc), str(message), details)
     return response
 

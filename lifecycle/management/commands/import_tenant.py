@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from lifecycle.portability.records import FormatError
 from lifecycle.portability.sources import FORMATS, import_body
+from lifecycle.quota import PinnedCapExceeded
 from memory_platform.tenancy.models import Tenant
 
 
@@ -44,7 +45,7 @@ class Command(BaseCommand):
                 actor="cli",
                 progress=progress,
             )
-        except FormatError as exc:
+        except (FormatError, PinnedCapExceeded) as exc:
             raise CommandError(f"nothing was imported: {exc}") from exc
         self.stderr.write("")
         self.stdout.write(json.dumps(report.as_json(), indent=2))
