@@ -28,9 +28,14 @@ FREEZER = "ü日本 " * 30
 
 
 def ping_ms() -> float:
-    started = time.perf_counter()
-    assert get_redis(quick=True).ping()
-    return (time.perf_counter() - started) * 1000
+    """How long Redis takes to answer PING: the best of three (a stalled server answers none of
+    them; one slow answer on a busy 2-core machine is the machine)."""
+    taken = []
+    for _ in range(3):
+        started = time.perf_counter()
+        assert get_redis(quick=True).ping()
+        taken.append((time.perf_counter() - started) * 1000)
+    return min(taken)
 
 
 @pytest.fixture
