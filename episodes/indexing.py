@@ -130,6 +130,34 @@ def hot_remove(episode: Episode) -> bool:
         return False
 
 
+def is_live_hot(layer: str, state: str) -> bool:
+    """Whether an episode in this layer and state has documents in the hot index."""
+    return layer == Layer.HOT and state != State.FORGOTTEN
+
+
+def hot_remove_packed(episode: Episode) -> bool:
+    """Remove a packed (or forgotten) episode's documents; clear its mark once Redis has let go."""
+    if not hot_remove(episode):
+        return False  # hot_remove has set needs_reindex: the next repair tries again
+    (
+        Episode.objects.filter(pk=episode.pk, needs_reindex=True)
+        .exclude(layer=Layer.HOT, state__in=[State.ACTIVE, State.DORMANT, State.DELETE_CANDIDATE])
+        .update(needs_reindex=False)
+    )
+    return True
+
+
+def collect_hot_garbage(tenant: Tenant) -> None:
+    """Purge the documents just taken out of the tenant's hot index from BM25's statistics now.
+    RediSearch does it itself only every 30 s and past 100 removed documents; until then the
+    removed ones count in document frequencies and lengths, and a tenant left with a few hot
+    episodes is ranked by statistics of hundreds gone (docs/decisions/0002)."""
+    try:
+        hot_store().collect_garbage(tenant.id.hex)
+    except HotUnavailable as exc:
+        logger.warning("could not collect the hot index garbage of tenant %s: %s", tenant.pk, exc)
+
+
 def drop_hot_on_tenant_delete(sender: Any, instance: Tenant, **kwargs: Any) -> None:
     """A deleted tenant's hot documents and index go with it, once the deletion commits (Postgres
     cascades the rest). With Redis down they stay behind, and the log says whose they are."""

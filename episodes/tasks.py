@@ -7,9 +7,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from memory_platform.embeddings import EmbeddingError
+from django.db import transaction
 
-from .indexing import episodes_index_hot
+from memory_platform.embeddings import EmbeddingError
+from memory_platform.tenancy.models import Tenant
+
+from .indexing import collect_hot_garbage, episodes_index_hot, hot_remove_packed, is_live_hot
 from .models import Episode
 
 logger = logging.getLogger(__name__)
@@ -24,15 +27,38 @@ def index_episodes(episode_ids: list[int], tenant_id: str | None = None) -> int:
 
 
 def repair_hot_index(limit: int = 500) -> int:
-    """Index the hot episodes whose Redis write was missed (Redis was down or full), tenant by
-    tenant. Scheduled every minute (``lifecycle.tasks.schedule_ticks``): the task queue lives in
-    Redis too, so it runs again within a minute of Redis coming back."""
-    marked = (
-        Episode.objects.filter(needs_reindex=True, layer="hot")
-        .exclude(state="forgotten")
-        .values_list("tenant_id", "pk")[:limit]
+    """Put right what Redis missed, tenant by tenant: index the hot episodes whose write was
+    missed (Redis was down or full), and take out the documents of episodes that left hot (packed
+    or forgotten) whose removal was missed (a tick killed between its commit and Redis, Redis
+    down). Each such change marks its episode ``needs_reindex`` in its own transaction
+    (``lifecycle.hotsync``), so the marks are all there is to read. Scheduled every minute
+    (``lifecycle.tasks.schedule_ticks``): the task queue lives in Redis too, so it runs again
+    within a minute of Redis coming back. Returns how many episodes it put right."""
+    marked = list(
+        Episode.objects.filter(needs_reindex=True).values_list("tenant_id", "pk", "layer", "state")[:limit]
     )
-    return _index_by_tenant(marked)
+    live = [(tenant_id, pk) for tenant_id, pk, layer, state in marked if is_live_hot(layer, state)]
+    left = [pk for _, pk, layer, state in marked if not is_live_hot(layer, state)]
+    removed = 0
+    emptied: dict[Any, Tenant] = {}
+    for pk in left:
+        # The row stays locked while its documents go: an unpack that brings it back to hot
+        # meanwhile waits, and indexes it after, instead of being undone by this removal.
+        with transaction.atomic():
+            episode = (
+                Episode.objects.select_for_update(of=("self",))
+                .select_related("tenant")
+                .filter(pk=pk, needs_reindex=True)
+                .first()
+            )
+            if episode is None or is_live_hot(episode.layer, episode.state):
+                continue
+            if hot_remove_packed(episode):
+                removed += 1
+                emptied[episode.tenant_id] = episode.tenant
+    for tenant in emptied.values():
+        collect_hot_garbage(tenant)  # as after a tick's batch of moves (docs/decisions/0033)
+    return removed + _index_by_tenant(live)
 
 
 def _index_by_tenant(rows: Iterable[tuple[Any, int]]) -> int:

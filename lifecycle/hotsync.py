@@ -2,8 +2,10 @@
 
 Postgres is the system of record and changes first; Redis follows after the commit. A process can
 die between the two, and Redis can be down, so every change that leaves Redis behind sets
-``needs_reindex`` in the same transaction, and ``hot_repair`` (the first step of every tick) puts
-each side right: no episode is ever left in Redis while Postgres says it is warm, cold or forgotten.
+``needs_reindex`` in the same transaction. The repair task (``episodes.tasks.repair_hot_index``,
+every minute) puts the marked episodes right, and ``hot_repair`` (the first step of every tick)
+compares the whole tenant: no episode is left in Redis while Postgres says it is warm, cold or
+forgotten.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from episodes.indexing import episodes_index_hot, hot_remove
+from episodes.indexing import episodes_index_hot, hot_remove_packed, is_live_hot
 from episodes.models import Episode, Layer, State
 from episodes.stores.hot import HotUnavailable, hot_store
 from memory_platform.tenancy.models import Tenant
@@ -21,28 +23,12 @@ from memory_platform.tenancy.models import Tenant
 logger = logging.getLogger(__name__)
 
 
-def _is_live_hot(episode: Episode) -> bool:
-    return episode.layer == Layer.HOT and episode.state != State.FORGOTTEN
-
-
-def hot_remove_packed(episode: Episode) -> bool:
-    """Remove a packed (or forgotten) episode's documents; clear its mark once Redis has let go."""
-    if not hot_remove(episode):
-        return False  # hot_remove has set needs_reindex: the next repair tries again
-    (
-        Episode.objects.filter(pk=episode.pk, needs_reindex=True)
-        .exclude(layer=Layer.HOT, state__in=[State.ACTIVE, State.DORMANT, State.DELETE_CANDIDATE])
-        .update(needs_reindex=False)
-    )
-    return True
-
-
 def sync_episode(tenant_id: Any, episode_id: int) -> bool:
     """Make Redis hold exactly what Postgres says about one of the tenant's episodes (after a commit)."""
     episode = Episode.objects.filter(tenant_id=tenant_id, pk=episode_id).select_related("tenant").first()
     if episode is None:
         return True
-    if not _is_live_hot(episode):
+    if not is_live_hot(episode.layer, episode.state):
         return hot_remove_packed(episode)
     try:
         episodes_index_hot(tenant_id, [episode.pk])
@@ -88,17 +74,6 @@ def hot_repair(*, tenant: Tenant, limit: int = 10_000) -> dict[str, int]:
     if to_index:
         indexed = episodes_index_hot(tenant.pk, to_index)
     return {"removed": removed, "indexed": indexed}
-
-
-def collect_hot_garbage(tenant: Tenant) -> None:
-    """Purge the documents a tick took out of the tenant's hot index from BM25's statistics now.
-    RediSearch does it itself only every 30 s and past 100 removed documents; until then the
-    removed ones count in document frequencies and lengths, and a tenant left with a few hot
-    episodes is ranked by statistics of hundreds gone (docs/decisions/0002)."""
-    try:
-        hot_store().collect_garbage(tenant.id.hex)
-    except HotUnavailable as exc:
-        logger.warning("could not collect the hot index garbage of tenant %s: %s", tenant.pk, exc)
 
 
 def retag_state(episode: Episode, state: str) -> None:

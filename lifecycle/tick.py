@@ -21,6 +21,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from episodes.indexing import collect_hot_garbage
 from episodes.models import Layer, State
 from episodes.stores.hot import HotUnavailable
 from memory_platform import counters
@@ -30,7 +31,7 @@ from . import scoring
 from .candidates import propose_delete, propose_merges, withdraw_delete
 from .compression import ExtractiveSummariser
 from .forgetting import purge_due, purge_forgotten
-from .hotsync import collect_hot_garbage, hot_repair, retag_state
+from .hotsync import hot_repair, retag_state
 from .journal import to_json
 from .models import Candidate, JournalEntry, MemoryPolicy, TickRun, policy_for
 from .moves import step_hot_to_warm, step_promote, step_warm_gradient, step_warm_to_cold

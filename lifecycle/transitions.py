@@ -24,12 +24,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
+from episodes.indexing import collect_hot_garbage, hot_remove_packed
 from episodes.language import index_text
 from episodes.models import SEARCH_TEXT_LIMIT, Episode, Layer, State
 from memory_platform.tenancy.models import Tenant
 
 from .compression import ColdShape, WarmShape, cold_index_text
-from .hotsync import collect_hot_garbage, hot_remove_packed, sync_episode
+from .hotsync import sync_episode
 from .journal import CONTENT_FIELDS, journal_record, snapshot
 from .models import AccessWindow, TickRun
 

@@ -24,7 +24,16 @@ from memory_platform.tenancy.models import Tenant
 from retrieval.services import record_access
 from tests.conftest import Caller
 
-from .factories import LONG, NOW, assert_consistent, conversation, layers, memory, strict_thresholds
+from .factories import (
+    LONG,
+    NOW,
+    assert_consistent,
+    conversation,
+    layers,
+    memory,
+    strict_thresholds,
+    vectors_near,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -207,6 +216,39 @@ def test_a_tick_killed_halfway_and_run_again_loses_and_duplicates_nothing(provid
             JournalEntry.objects.filter(tenant=tenant, action=action).values_list("episode_id", flat=True)
         )
         assert len(moved) == len(set(moved))
+
+
+def test_a_tick_killed_before_redis_heals_within_a_minute(provided, ages):
+    """The every-minute repair task (not only the next tick) takes the documents of the episodes a
+    killed tick packed out of Redis, where hot-only searches found them; another tenant's hot
+    documents stay."""
+    from episodes.tasks import repair_hot_index
+
+    tenant = provided.tenant
+    other = Caller("outsider-co", embedder="provided").tenant
+    theirs = conversation(other, session="o", idle_days=200, topic=2, seed=50)
+    their_documents = hot_store().count(other.id.hex)
+    first_move = min(pk for pk, layer in expected_layers(tenant, NOW).items() if layer != "hot")
+
+    def hook(seen):
+        if seen == f"moved:{first_move}":  # every move of the step has committed, none left Redis
+            raise TickInterrupted(f"killed at {seen}")
+
+    with pytest.raises(TickInterrupted):
+        tick_run(tenant=tenant, now=NOW, hook=hook)
+    stranded = set(Episode.objects.filter(tenant=tenant, layer=Layer.WARM).values_list("pk", flat=True))
+    assert stranded and stranded <= hot_store().episode_ids(tenant.id.hex)
+    query = {"vector": vectors_near(50, 5)[0].tolist(), "layers": ["hot"], "view": "full", "limit": 20}
+    found = provided.post("/api/v1/search", query).json()["results"]
+    assert "warm" in {hit["layer"] for hit in found}  # packed, and found in the hot tier
+
+    assert repair_hot_index() == len(stranded)
+    assert_consistent(tenant)
+    found = provided.post("/api/v1/search", query).json()["results"]
+    assert found and {hit["layer"] for hit in found} == {"hot"}
+    assert theirs in hot_store().episode_ids(other.id.hex)
+    assert hot_store().count(other.id.hex) == their_documents
+    assert repair_hot_index() == 0  # nothing left to put right
 
 
 def test_redis_down_during_the_move_is_repaired_by_the_next_tick(provided, ages, monkeypatch):
