@@ -18,6 +18,7 @@ hot episodes are then indexed in Redis, as the lifecycle leaves them; the packed
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -95,7 +96,7 @@ def import_export(
     """Write a checked export into ``tenant`` (see the module's docstring); returns what it did."""
     report = ImportReport(format=records.FORMAT)
     was_empty = not Episode.objects.filter(tenant=tenant).exists()
-    policy = _policy(tenant, data.policy) if was_empty and data.policy else None
+    policy = _policy(tenant, data.policy, data.policy_line) if was_empty and data.policy else None
     embedder = embedder_for(tenant)
     model = data.header["embedding"]
     keep = model["model"] == embedder.model_id and model["dim"] == tenant.embedding_dim
@@ -152,19 +153,19 @@ def import_export(
     return report
 
 
-def _policy(tenant: Tenant, values: Mapping[str, Any]) -> MemoryPolicy:
-    """The tenant's policy with the export's values, checked like the API's (``FormatError``)."""
+def _policy(tenant: Tenant, values: Mapping[str, Any], line: int) -> MemoryPolicy:
+    """The tenant's policy with the export's values (``reading`` checked each), checked like the
+    API's against the tenant's other values (``FormatError`` naming the policy's line)."""
     policy = policy_for(tenant)
-    given = {k: v for k, v in values.items() if k not in {"updated_at", "llm_api_key"}}
-    serializer = PolicySerializer(policy, data=given, partial=True)
+    serializer = PolicySerializer(policy, data=dict(values), partial=True)
     if not serializer.is_valid():
-        raise FormatError(0, f"the policy: {serializer.errors}")
+        raise FormatError(line, f"policy: {json.dumps(serializer.errors, ensure_ascii=False)}")
     for name, value in serializer.validated_data.items():
         setattr(policy, name, value)
     try:
         policy.full_clean()
     except ValidationError as exc:
-        raise FormatError(0, f"the policy: {'; '.join(exc.messages)}") from None
+        raise FormatError(line, f"policy: {'; '.join(exc.messages)}") from None
     return policy
 
 

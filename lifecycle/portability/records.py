@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.db import models
 
@@ -74,10 +77,11 @@ _PUBLIC_ID = re.compile(public_ids.PATTERN)
 
 
 class FormatError(ValueError):
-    """A line of an import that is not what the format says: nothing has been written."""
+    """A line of an import that is not what the format says: nothing has been written. ``where``
+    names the place when it is not a line (the n-th memory of a JSON document)."""
 
-    def __init__(self, line: int, message: str):
-        super().__init__(f"line {line}: {message}")
+    def __init__(self, line: int, message: str, *, where: str | None = None):
+        super().__init__(f"{where or f'line {line}'}: {message}")
         self.line = line
 
 
@@ -135,23 +139,102 @@ def decode_vector(value: Any, dim: int, line: int) -> np.ndarray | None:
 
 
 def clean_fields(
-    model: type[models.Model], names: tuple[str, ...], record: Mapping[str, Any], line: int
+    model: type[models.Model],
+    names: tuple[str, ...],
+    record: Mapping[str, Any],
+    line: int,
+    within: str = "",
 ) -> dict[str, Any]:
-    """The record's values of ``names`` as the model's fields take them (each field's own rules:
-    type, choices, length, null); a field the record leaves out takes the field's default."""
+    """The record's values of ``names`` as the model's fields take them: the JSON type the export
+    writes for the field, then the field's own rules (choices, length, range, null); a field the
+    record leaves out takes the field's default. ``within`` names the object that holds them."""
     values: dict[str, Any] = {}
     for name in names:
         field = model._meta.get_field(name)
         assert isinstance(field, models.Field)
+        label = f"{within}.{name}" if within else name
         if name not in record:
             if not field.has_default() and not field.null:
-                raise FormatError(line, f"{record.get('type')} record without {name!r}")
+                raise FormatError(line, f"{within or record.get('type')} record without {name!r}")
             continue
+        value = record[name]
+        if not (value is None and field.null):
+            expected = _json_type(field)
+            if not expected.holds(value):
+                raise FormatError(line, f"{label}: {expected.name}, not {json_kind(value)}")
         try:
-            values[name] = field.clean(record[name], None)
+            values[name] = field.clean(value, None)
         except ValidationError as exc:
-            raise FormatError(line, f"{name}: {'; '.join(exc.messages)}") from None
+            raise FormatError(line, f"{label}: {'; '.join(exc.messages)}") from None
+        if isinstance(values[name], datetime):
+            _check_datetime(values[name], label, line)
     return values
+
+
+@dataclass(frozen=True)
+class _JsonType:
+    name: str
+    holds: Callable[[Any], bool]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_STRING = _JsonType("a string", lambda v: isinstance(v, str))
+_BOOLEAN = _JsonType("true or false", lambda v: isinstance(v, bool))
+_INTEGER = _JsonType("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))
+_NUMBER = _JsonType("a number", _is_number)
+_ANY = _JsonType("a JSON value", lambda v: True)
+
+
+def _json_type(field: models.Field) -> _JsonType:
+    """What JSON the export writes for a model field (``episode_record``: ``journal.to_json``)."""
+    if isinstance(field, ArrayField):
+        item = _json_type(field.base_field)
+        return _JsonType(
+            f"a list of {item.name.removeprefix('a ').removeprefix('an ')}s",
+            lambda v: isinstance(v, list) and all(item.holds(i) for i in v),
+        )
+    if isinstance(field, models.BooleanField):
+        return _BOOLEAN
+    if isinstance(field, models.IntegerField):
+        return _INTEGER
+    if isinstance(field, models.FloatField):
+        return _NUMBER
+    if isinstance(field, models.CharField | models.TextField | models.DateTimeField):
+        return _STRING
+    if isinstance(field, models.JSONField):
+        return _ANY
+    raise TypeError(f"the export format has no JSON type for {field!r}")
+
+
+def _check_datetime(value: datetime, label: str, line: int) -> None:
+    """Postgres stores a time with its zone, in UTC: a time without an offset would be read in
+    whatever zone the server runs in, and one outside years 1-9999 in UTC cannot be read back."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise FormatError(line, f"{label}: a date and time with its UTC offset (as the export writes it)")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise FormatError(line, f"{label}: outside the years 1-9999 in UTC") from None
+
+
+def json_kind(value: Any) -> str:
+    """How a message names a JSON value's type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
 
 
 def public_id(value: Any, line: int, what: str = "id") -> str:

@@ -30,19 +30,25 @@ from memory_platform.tenancy.models import Tenant
 from ..services import memory_create, turns_ingest
 from . import records
 from .imports import ImportReport, Progress, import_export
-from .reading import json_lines, parse_export
-from .records import FormatError
+from .reading import NotJSON, decode, json_lines, load_json, parse_export
+from .records import FormatError, json_kind
 
 FORMATS = ("platform", "mem0", "turns")
 
 
 def detect(body: bytes) -> str:
-    """Which format ``body`` is in (FormatError when none)."""
-    first = next((line for line in body.splitlines() if line.strip()), b"")
+    """Which format ``body`` is in (FormatError when none), read off its first non-blank line."""
+    number, text = 1, ""
+    for number, raw in enumerate(body.splitlines(), start=1):
+        text = decode(raw, number)
+        if text.strip():
+            break
+    if not text.strip():
+        raise FormatError(1, EMPTY)
     try:
-        value = json.loads(first)
-    except ValueError:
-        value = None
+        value = load_json(text, number)
+    except NotJSON:
+        value = None  # perhaps the first line of a JSON document over several lines
     if isinstance(value, dict):
         if value.get("format") == records.FORMAT:
             return "platform"
@@ -52,13 +58,16 @@ def detect(body: bytes) -> str:
             return "turns"
         if "results" in value or "memories" in value:
             return "mem0"
-    if first.lstrip().startswith((b"[", b"{")):
+    if text.lstrip().startswith(("[", "{")):
         return "mem0"  # a JSON document over several lines: mem0's
     raise FormatError(
-        1,
+        number,
         "not an import this platform reads: a platform export (its header line), mem0 memories "
         "(objects with 'memory') or JSON lines of turns (objects with 'role' and 'text')",
     )
+
+
+EMPTY = "empty: an import is a platform export, mem0 memories or turns, as JSON lines"
 
 
 def import_body(
@@ -71,6 +80,8 @@ def import_body(
     progress: Progress | None = None,
 ) -> ImportReport:
     """Check the whole body, then write it into ``tenant``; audited. Raises FormatError first."""
+    if not body.strip():
+        raise FormatError(1, EMPTY)
     fmt = fmt or detect(body)
     if fmt == "platform":
         report = import_export(
@@ -90,20 +101,45 @@ def _errors(serializer: Any) -> str:
     return json.dumps(serializer.errors, ensure_ascii=False)
 
 
+def _source_id(value: Any, number: int, name: str, where: str | None = None) -> str:
+    """The id a record had where it comes from, kept in its metadata: a string or an integer."""
+    if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
+        raise FormatError(number, f"{name}: a string or an integer, not {json_kind(value)}", where=where)
+    return str(value)
+
+
+def _tagged(metadata: Any, key: str, source_id: str) -> Any:
+    """``metadata`` with the source's id under ``key``. Anything but an object or null is left as it
+    is, for the serializer's rule on metadata to refuse."""
+    if metadata is None:
+        return {key: source_id}
+    if isinstance(metadata, dict):
+        return {**metadata, key: source_id}
+    return metadata
+
+
 # --- mem0 -------------------------------------------------------------------------------------------
-def _mem0_records(body: bytes) -> list[tuple[int, dict[str, Any]]]:
+#: (line, where) of a memory: its line in JSON lines, its place in a JSON document.
+Place = tuple[int, str | None]
+
+
+def _mem0_records(body: bytes) -> list[tuple[Place, dict[str, Any]]]:
+    lines = body.splitlines()
     try:
-        document = json.loads(body)
-    except ValueError:
-        document = None
+        document = load_json("\n".join(decode(raw, n) for n, raw in enumerate(lines, start=1)), 1)
+    except NotJSON:
+        document = None  # JSON lines
     if isinstance(document, dict) and not ("memory" in document and "id" in document):
         document = document.get("results", document.get("memories"))
     if isinstance(document, list):
-        if not all(isinstance(m, dict) for m in document):
-            raise FormatError(0, "mem0 memories are JSON objects")
-        found = list(enumerate(document, start=1))
+        found: list[tuple[Place, dict[str, Any]]] = []
+        for i, m in enumerate(document, start=1):
+            where = f"memory {i} of the JSON document"
+            if not isinstance(m, dict):
+                raise FormatError(1, f"a mem0 memory is a JSON object, not {json_kind(m)}", where=where)
+            found.append(((1, where), m))
     else:
-        found = list(json_lines(body.splitlines()))
+        found = [((number, None), m) for number, m in json_lines(lines)]
     if not found:
         raise FormatError(1, "no mem0 memories in the body")
     return found
@@ -111,10 +147,8 @@ def _mem0_records(body: bytes) -> list[tuple[int, dict[str, Any]]]:
 
 def _mem0_memories(tenant: Tenant, body: bytes) -> list[tuple[str, MemoryInput]]:
     memories = []
-    for number, m in _mem0_records(body):
-        source_id = m.get("id")
-        if not isinstance(source_id, str | int) or not str(source_id).strip():
-            raise FormatError(number, "a mem0 memory without its 'id'")
+    for (number, where), m in _mem0_records(body):
+        source_id = _source_id(m.get("id"), number, "id", where)
         tags = m.get("categories") or []
         payload = {
             "text": m.get("memory"),
@@ -122,17 +156,17 @@ def _mem0_memories(tenant: Tenant, body: bytes) -> list[tuple[str, MemoryInput]]
             "agent_id": m.get("agent_id") or "",
             "session_id": m.get("run_id") or "",
             "tags": tags if isinstance(tags, list) else [tags],
-            "metadata": {**(m.get("metadata") or {}), "mem0_id": str(source_id)},
+            "metadata": _tagged(m.get("metadata"), "mem0_id", source_id),
         }
         if m.get("created_at"):
             payload["occurred_at"] = m["created_at"]
         serializer = episode_serializers.MemoryInSerializer(data=payload, context={"tenant": tenant})
         if not serializer.is_valid():
-            raise FormatError(number, _errors(serializer))
+            raise FormatError(number, _errors(serializer), where=where)
         d = serializer.validated_data
         memories.append(
             (
-                str(source_id),
+                source_id,
                 MemoryInput(
                     text=d["text"],
                     tags=tuple(d["tags"]),
@@ -179,12 +213,14 @@ def _turn_lines(tenant: Tenant, body: bytes) -> list[TurnInput]:
         record = dict(record)
         source_id = record.pop("id", None)
         if source_id is not None:
-            record["metadata"] = {**(record.get("metadata") or {}), "import_id": str(source_id)}
+            record["metadata"] = _tagged(
+                record.get("metadata"), "import_id", _source_id(source_id, number, "id")
+            )
         elif "occurred_at" not in record:
             raise FormatError(
                 number, "a turn without 'id' needs 'occurred_at' (so importing it twice adds nothing)"
             )
-        serializer = episode_serializers.TurnInSerializer(data=record)
+        serializer = episode_serializers.TurnInSerializer(data=record, context={"tenant": tenant})
         if not serializer.is_valid():
             raise FormatError(number, _errors(serializer))
         t = serializer.validated_data
