@@ -22,6 +22,7 @@ from drf_spectacular.utils import extend_schema
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.request import Request
 
 from memory_platform.api.base import TenantAPIView
@@ -155,14 +156,18 @@ def _scope(request: Request) -> dict[str, Any]:
 
 @extend_schema(exclude=True)
 class McpView(TenantAPIView):
-    """POST /mcp: one MCP message in, its answer out. (No GET event stream: the transport is
-    stateless, which the protocol lets a server say with a 405.)"""
+    """POST /mcp: one MCP message in, its answer out, errors in JSON. (No GET event stream: the
+    transport is stateless, which the protocol lets a server say with a 405.)"""
 
     required_scope = "read"
     # Each tool call is one API call, limited there; counting the envelope too would halve the rate.
     throttle_classes = ()
 
     def post(self, request: Request) -> HttpResponse:
+        # An MCP message is JSON. The transport would refuse another body in plain text; refused
+        # here, it is the API's 415 in the error envelope, as every other refusal of this view.
+        if request.content_type.split(";")[0].strip().lower() != "application/json":
+            raise UnsupportedMediaType(request.content_type or "none")
         status, headers, body = transport.exchange(_scope(request), request.body)
         response = HttpResponse(body, status=status)
         for name, value in headers:

@@ -14,6 +14,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
+from episodes import public_ids
+
 from .dispatch import ApiError, Caller
 
 INSTRUCTIONS = (
@@ -31,7 +33,9 @@ Scope = Annotated[
 MemoryId = Annotated[
     str,
     Field(
-        description="A memory's id: `episode_id` in `recall` and `context` results, or one of `remember`'s `memory_ids`."
+        description="A memory's id: `episode_id` in `recall` and `context` results, or one of `remember`'s `memory_ids`.",
+        # Said to the model, and checked by ``_memory_path`` with a message it can act on.
+        json_schema_extra={"pattern": f"^{public_ids.REFERENCE}$"},
     ),
 ]
 
@@ -49,6 +53,19 @@ async def _api(caller: Caller, method: str, path: str, body: Any = None) -> Any:
         return await caller.request(method, path, body)
     except ApiError as exc:
         raise ToolError(f"the memory platform refused: {exc}") from None
+
+
+def _memory_path(memory_id: str, operation: str = "") -> str:
+    """The API path of one memory's ``operation``. The id is read as an id first: pasted into the
+    path as it came, ``<id>/anchor`` would name another operation (unpinning, for ``forget``)."""
+    try:
+        reference = public_ids.parse(memory_id)
+    except ValueError:
+        raise ToolError(
+            f"`memory_id` {memory_id[:60]!r} is not a memory's id: give an `episode_id` from `recall` or "
+            "`context`, or one of `remember`'s `memory_ids` (26 letters and digits); nothing was done"
+        ) from None
+    return f"/memories/{reference}{operation}"
 
 
 def _clean(values: dict[str, Any]) -> dict[str, Any]:
@@ -168,12 +185,12 @@ def build_server(caller: Callable[[Context], Caller]) -> MCPServer:
     async def forget(ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
         """Forget one memory: it is no longer found. An operator can restore it during the
         tenant's grace period; after that it is deleted."""
-        return await _api(caller(ctx), "DELETE", f"/memories/{memory_id}")
+        return await _api(caller(ctx), "DELETE", _memory_path(memory_id))
 
     @server.tool(annotations=ToolAnnotations(title="Unpack", idempotent_hint=True))
     async def unpack(ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
         """Read a compressed (warm or cold) memory whole: every turn, restored to hot and current
         again. A hot memory is returned as it is."""
-        return await _api(caller(ctx), "POST", f"/memories/{memory_id}/unpack")
+        return await _api(caller(ctx), "POST", _memory_path(memory_id, "/unpack"))
 
     return server

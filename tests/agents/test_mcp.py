@@ -5,6 +5,7 @@ live server). The tenant is the key's on both; an outsider's key sees nothing th
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,56 @@ def test_stdio_refuses_to_start_without_a_usable_key(team):
     wrong = _mcp(secret="nope.nothing")
     assert wrong.returncode == 1 and "MEMORY_API_KEY was refused: 401" in wrong.stderr
     assert wrong.stdout == ""  # stdout is the protocol's alone
+
+
+def test_a_memory_id_is_read_as_an_id_before_any_path_is_built(live_server, team):
+    """An id pasted into a path as it came could name another operation: ``<id>/anchor`` in
+    ``forget`` would unpin the memory and report success."""
+    pinned = team.post("/api/v1/memories", {"text": "Rosa's passport expires in May."}).json()["id"]
+    assert team.post(f"/api/v1/memories/{pinned}/anchor").status_code == 200
+    lost = team.post("/api/v1/memories", {"text": "The spare key is under the blue pot."}).json()["id"]
+    bad_ids = [
+        f"{pinned}/anchor",
+        f"{pinned}/",
+        f"{pinned}?depth=deep",
+        "../tenant-data",
+        f"x/../{pinned}",
+        "",
+    ]
+
+    async def run():
+        client, http = over_http(live_server.url, team.secret)
+        async with http, client:
+            for bad in bad_ids:
+                for tool in ("forget", "unpack"):
+                    refused = error(await client.call_tool(tool, {"memory_id": bad}))
+                    assert "is not a memory's id" in refused and "nothing was done" in refused, (tool, bad)
+            # A good id, in any case, still does what it says.
+            assert (
+                answer(await client.call_tool("forget", {"memory_id": lost.lower()}))["state"] == "forgotten"
+            )
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert "pattern" in tools["forget"].input_schema["properties"]["memory_id"]
+
+    asyncio.run(run())
+    memory = team.get(f"/api/v1/memories/{pinned}").json()
+    assert memory["anchor"] is True and memory["state"] == "active" and memory["layer"] == "hot"
+
+
+def test_http_answers_every_refusal_in_json(live_server, team):
+    url = f"{live_server.url}/mcp"
+    message = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    headers = {
+        "Authorization": f"Bearer {team.secret}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+    }
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        sent = {**headers, **({"Content-Type": content_type} if content_type else {})}
+        refused = httpx.post(url, content=message, headers=sent)
+        assert refused.status_code == 415, (content_type, refused.text)
+        assert refused.headers["Content-Type"] == "application/json"
+        assert refused.json()["error"]["code"] == "unsupported_media_type"
+    # Not JSON at all, sent as JSON: the protocol's parse error, in JSON too.
+    broken = httpx.post(url, content="hello", headers={**headers, "Content-Type": "application/json"})
+    assert broken.status_code == 400 and broken.json()["error"]["code"] == -32700
