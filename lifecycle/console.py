@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db.models.base import ModelBase
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -23,7 +24,7 @@ from django.views.decorators.http import require_POST
 
 from episodes.models import Layer
 from memory_platform import counters
-from memory_platform.admin_base import visible_tenants
+from memory_platform.admin_base import SuperusersOnly, visible_tenants
 from memory_platform.tenancy.models import Tenant
 
 from .charts import Point, line_chart
@@ -43,6 +44,9 @@ COLUMNS = (
     ("pending", "Candidates pending"),
 )
 CHART_DAYS = 14
+#: Apps whose pages only a superuser sees (``SuperusersOnly``): django-q's tasks, schedules and
+#: failures hold every tenant's task arguments and results, and no tenant column to scope them by.
+SUPERUSER_APPS = frozenset({"django_q"})
 
 
 class ConsoleSite(admin.AdminSite):
@@ -50,6 +54,16 @@ class ConsoleSite(admin.AdminSite):
     site_title = "Memory platform"
     index_title = "Tenants"
     index_template = "admin/console_index.html"
+
+    def register(self, model_or_iterable: Any, admin_class: Any = None, **options: Any) -> None:
+        models: list[Any] = (
+            [model_or_iterable] if isinstance(model_or_iterable, ModelBase) else list(model_or_iterable)
+        )
+        for model in models:
+            own = admin_class or admin.ModelAdmin
+            if model._meta.app_label in SUPERUSER_APPS and not issubclass(own, SuperusersOnly):
+                own = type(own.__name__, (SuperusersOnly, own), {})
+            super().register(model, own, **options)
 
     def get_urls(self) -> list[URLResolver | URLPattern]:
         own = [

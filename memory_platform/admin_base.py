@@ -91,3 +91,28 @@ class ReadOnlyInline(admin.TabularInline):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class SuperusersOnly:
+    """Rows that belong to every tenant at once and to none the console can tell, such as the task
+    queue's tasks, schedules and failures (their arguments and results name any tenant's ids):
+    a superuser's alone. Mixed in before the model's own admin class."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return _is_superuser(request) and super().has_module_permission(request)  # type: ignore[misc]
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _is_superuser(request) and super().has_view_permission(request, obj)  # type: ignore[misc]
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return _is_superuser(request) and super().has_add_permission(request, *args)  # type: ignore[misc]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _is_superuser(request) and super().has_change_permission(request, obj)  # type: ignore[misc]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _is_superuser(request) and super().has_delete_permission(request, obj)  # type: ignore[misc]
+
+
+def _is_superuser(request: HttpRequest) -> bool:
+    return bool(getattr(request.user, "is_superuser", False))

@@ -3,9 +3,12 @@ the console (lists, pages by id, filters, dashboards, previews, keys); a superus
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.utils import timezone
 
 from episodes.models import Episode
 from lifecycle.models import Candidate, JournalEntry, TickRun, policy_for
@@ -116,3 +119,51 @@ def test_a_staff_user_without_tenants_sees_none_and_a_superuser_all(admin_client
     home = admin_client.get("/admin/").content.decode()
     assert a.name not in home and b.name not in home
     assert admin_client.get("/admin/tenancy/tenantoperator/").status_code == 403  # only superusers assign
+
+
+def test_the_task_queues_pages_are_a_superusers_alone(client, admin_client):
+    """django-q's tasks, schedules and failures carry every tenant's arguments and results, with no
+    tenant to scope them by: an operator, even one given django-q's permissions, sees none of them."""
+    from django_q.models import Failure, Schedule, Success
+
+    from lifecycle.tasks import schedule_ticks
+
+    a, b = tenant_with_everything("alpha-co"), tenant_with_everything("bravo-co")
+    schedule_ticks()  # a tick schedule per tenant, B's named by its id
+    started = timezone.now()
+    for model, success in ((Success, True), (Failure, False)):
+        model.objects.create(
+            id=uuid.uuid4().hex,
+            name=f"tick-{b.pk}",
+            func="lifecycle.tasks.tick_tenant",
+            args=(str(b.pk),),
+            started=started,
+            stopped=started,
+            success=success,
+            result={"tenant": str(b.pk)},
+        )
+    pages = [
+        "/admin/django_q/",
+        "/admin/django_q/schedule/",
+        "/admin/django_q/success/",
+        "/admin/django_q/failure/",
+        f"/admin/django_q/schedule/{Schedule.objects.get(name=f'lifecycle.tick:{b.pk}').pk}/change/",
+        f"/admin/django_q/success/{Success.objects.get().pk}/change/",
+        "/admin/django_q/schedule/add/",
+    ]
+    for page in pages:
+        assert admin_client.get(page).status_code == 200, page
+    assert "django_q" in admin_client.get("/admin/").content.decode()
+
+    user = operator_of(a, "op-a")
+    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="django_q"))
+    assert client.login(username="op-a", password=PASSWORD)
+    for page in pages:
+        response = client.get(page)
+        assert response.status_code in (403, 404), (page, response.status_code)
+        assert str(b.pk) not in response.content.decode()
+    home = client.get("/admin/").content.decode()
+    assert "django_q" not in home and a.name in home and b.name not in home
+    schedules = Schedule.objects.count()
+    client.post("/admin/django_q/schedule/add/", {"name": "sneaky", "func": "os.getcwd"})
+    assert Schedule.objects.count() == schedules
