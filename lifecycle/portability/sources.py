@@ -34,6 +34,7 @@ from .reading import NotJSON, decode, json_lines, load_json, parse_export
 from .records import FormatError, json_kind
 
 FORMATS = ("platform", "mem0", "turns")
+EMPTY = "empty: an import is a platform export, mem0 memories or turns, as JSON lines"
 
 
 def detect(body: bytes) -> str:
@@ -65,9 +66,6 @@ def detect(body: bytes) -> str:
         "not an import this platform reads: a platform export (its header line), mem0 memories "
         "(objects with 'memory') or JSON lines of turns (objects with 'role' and 'text')",
     )
-
-
-EMPTY = "empty: an import is a platform export, mem0 memories or turns, as JSON lines"
 
 
 def import_body(
