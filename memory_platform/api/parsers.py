@@ -1,12 +1,16 @@
 """The API's JSON parser: refuses what would reach a store and fail there, before any view runs.
 
-Python's JSON decoder raises RecursionError on very deep nesting, and Postgres refuses the NUL
-character in text and JSON values: both used to surface as 500s after validation had passed
-(hardening finding 6). Both are a 400 here, and nothing is written.
+Python's JSON decoder raises RecursionError on very deep nesting and takes ``NaN``, ``Infinity``
+and numbers too large for a float (read as infinity), none of which is JSON; Postgres refuses the
+NUL character and half of a UTF-16 surrogate pair (``"\\ud800"``, which no UTF-8 text can hold)
+in text and JSON values. Each used to surface as a 500 after validation had passed; each is a 400
+here, and nothing is written.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from rest_framework.exceptions import ParseError
@@ -14,16 +18,26 @@ from rest_framework.parsers import JSONParser
 
 from memory_platform.conf import memory_settings
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 
 def check_value(value: Any, max_depth: int) -> None:
-    """Raise ParseError when ``value`` nests deeper than ``max_depth`` or holds a NUL character
-    in any key or string. Iterative, so a deep value cannot exhaust the stack here either."""
+    """Raise ParseError when ``value`` nests deeper than ``max_depth``, holds a NUL character or a
+    lone surrogate in any key or string, or a number that is not finite. Iterative, so a deep
+    value cannot exhaust the stack here either."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
             if "\x00" in item:
                 raise ParseError("text must not contain the NUL character (\\u0000)")
+            if _SURROGATE.search(item):
+                raise ParseError("text must not contain half of a UTF-16 surrogate pair (\\ud800-\\udfff)")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ParseError(
+                    "numbers must be finite (NaN, Infinity and numbers beyond 1e308 are not JSON)"
+                )
         elif isinstance(item, dict | list):
             if depth > max_depth:
                 raise ParseError(f"JSON nests deeper than {max_depth} levels")

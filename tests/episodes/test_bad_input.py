@@ -150,6 +150,11 @@ def _nested(depth):
         '{"turns": [{"role": "user", "text": "hi", "metadata": {"k": "v\\u0000"}}]}',
         '{"turns": [{"role": "user", "text": "nul \\u0000 here"}]}',
         '{"turns": [{"role": "user", "text": "hi"}], "session_id": "s\\u0000"}',
+        '{"turns": [{"role": "user", "text": "lone \\ud800 half"}]}',
+        '{"turns": [{"role": "user", "text": "hi", "metadata": {"k\\udfff": "v"}}]}',
+        '{"turns": [{"role": "user", "text": "hi", "metadata": {"k": NaN}}]}',
+        '{"turns": [{"role": "user", "text": "hi", "metadata": {"k": -Infinity}}]}',
+        '{"turns": [{"role": "user", "text": "hi", "metadata": {"k": 1e400}}]}',
     ],
     ids=[
         "deep-array",
@@ -159,6 +164,11 @@ def _nested(depth):
         "nul-value",
         "nul-text",
         "nul-scope",
+        "surrogate-text",
+        "surrogate-key",
+        "nan-metadata",
+        "infinity-metadata",
+        "overflow-metadata",
     ],
 )
 def test_deep_nesting_and_nul_characters_are_400_and_write_nothing(caller, body):
