@@ -282,6 +282,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "memory_platform.api.schema.error_responses",
+        "memory_platform.api.schema.without_nul",
     ],
 }
 

@@ -17,8 +17,9 @@ from django.http import HttpRequest, HttpResponse
 
 #: A key that names rows: ``id``, ``episode_id``, ``turn_ids``, ``best_turn_id`` ...
 _ID_KEY = re.compile(r"(?:^|_)ids?$")
-#: Strings the caller chose (scope) and the caller's own data (metadata): not the platform's ids.
-_CALLERS = frozenset({"user_id", "agent_id", "session_id", "metadata"})
+#: Strings the caller chose (scope), the caller's own data (metadata) and prose that may quote the
+#: caller's request (an error's message): not the platform's ids.
+_CALLERS = frozenset({"user_id", "agent_id", "session_id", "metadata", "message"})
 #: A path naming a memory by an integer (``unpack``, ``expand``).
 _PATH = re.compile(r"/memories/\d+(?:/|$)")
 

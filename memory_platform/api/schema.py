@@ -4,11 +4,13 @@ the views and serializers, plus
 - request bodies that refuse unknown fields (``additionalProperties: false`` for every
   ``StrictSerializer``) and the rules a serializer states in ``schema_rules`` (e.g. "at least one
   of these fields");
-- the error envelope and every status code an operation can answer (``error_responses``).
+- the error envelope and every status code an operation can answer (``error_responses``);
+- that no key or string of a request holds the NUL character (``without_nul``).
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -51,8 +53,7 @@ class PlatformAutoSchema(AutoSchema):
 
         super()._insert_field_validators(field, schema)
         # What DRF refuses, said in the schema: a blank string, an empty list. (The NUL character,
-        # refused anywhere in a body, is said once, in the API's description: a pattern on every
-        # string would cost generators a regex walk per character.)
+        # refused in every string, is added to every pattern at the end: ``without_nul``.)
         if isinstance(field, serializers.CharField) and not field.allow_blank:
             schema.setdefault("minLength", 1)
             if field.trim_whitespace:
@@ -95,7 +96,8 @@ COMMON = {
     "400": "the request is malformed or breaks a rule (`details` names the fields)",
     "401": "no API key, or an unknown or revoked one",
     "403": "the key lacks the scope this operation needs",
-    "429": "over the key's or the tenant's rate limit; retry after `Retry-After` seconds",
+    "429": "over the key's or the tenant's rate limit; or, in place of a 401, too many invalid API "
+    "keys from this address; retry after `Retry-After` seconds",
 }
 WITH_BODY = {
     "413": "the body is larger than `MEMORY_MAX_REQUEST_BYTES` (or a batch holds too many turns)",
@@ -129,4 +131,68 @@ def error_responses(result: dict[str, Any], generator: Any, request: Any, public
             responses["429"].setdefault(
                 "headers", {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}}
             )
+    return result
+
+
+#: What holds no NUL character, which every request refuses (``parsers.check_value`` for bodies,
+#: DRF's fields for query parameters) because Postgres cannot store it. Said with ``not``, beside a
+#: string's own pattern: a pattern such as ``^[^\x00]*$`` would have generators draw a long text
+#: one character at a time.
+NO_NUL = {"not": {"pattern": "\\x00"}}
+#: Any JSON value of a free-form object (``metadata``), NUL-free in its keys and strings.
+JSON_VALUE = {
+    "description": "any JSON value; no key or string holds the NUL character",
+    "anyOf": [
+        {"type": "string", **NO_NUL},
+        {"type": ["number", "boolean", "null"]},
+        {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},
+        {
+            "type": "object",
+            "propertyNames": NO_NUL,
+            "additionalProperties": {"$ref": "#/components/schemas/JsonValue"},
+        },
+    ],
+}
+
+
+def without_nul(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular post-processing hook: every string a request may hold (body fields, query
+    and path parameters, keys and values of free-form objects) says it holds no NUL character, so
+    that a generator of valid requests never sends one and one of invalid requests expects it
+    refused."""
+
+    def fix(schema: Any) -> None:
+        if not isinstance(schema, dict) or "$ref" in schema:
+            return
+        kinds = schema.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        if "string" in kinds and "enum" not in schema and "format" not in schema:
+            schema.update(copy.deepcopy(NO_NUL))
+        if (
+            "object" in kinds
+            and "properties" not in schema
+            and schema.get("additionalProperties") in (None, True)
+        ):
+            schema["propertyNames"] = copy.deepcopy(NO_NUL)
+            schema["additionalProperties"] = {"$ref": "#/components/schemas/JsonValue"}
+        for key in ("properties", "patternProperties"):
+            for child in schema.get(key, {}).values():
+                fix(child)
+        for key in ("items", "additionalProperties", "not"):
+            fix(schema.get(key))
+        for key in ("anyOf", "oneOf", "allOf"):
+            for child in schema.get(key, []):
+                fix(child)
+
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    for name, schema in schemas.items():
+        if name != "Error":
+            fix(schema)
+    schemas["JsonValue"] = JSON_VALUE
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                fix(parameter.get("schema"))
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                fix(media.get("schema"))
     return result
