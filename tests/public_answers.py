@@ -20,8 +20,9 @@ _ID_KEY = re.compile(r"(?:^|_)ids?$")
 #: Strings the caller chose (scope), the caller's own data (metadata) and prose that may quote the
 #: caller's request (an error's message): not the platform's ids.
 _CALLERS = frozenset({"user_id", "agent_id", "session_id", "metadata", "message"})
-#: A path naming a memory by an integer (``unpack``, ``expand``).
-_PATH = re.compile(r"/memories/\d+(?:/|$)")
+#: An API path naming a memory by an integer (``unpack``, ``expand``); not a caller's text that
+#: happens to hold such a segment (a LangGraph key such as "alice/memories/2023/k").
+_PATH = re.compile(r"^/api/v1/memories/\d+(?:/|$)")
 
 #: What the watch found since the running test began: "<method> <path>: <where>=<value>".
 seen: list[str] = []

@@ -8,9 +8,8 @@ from __future__ import annotations
 import codecs
 import json
 import math
-import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -88,22 +87,11 @@ def decode(raw: bytes | str, line: int) -> str:
 
 def load_json(text: str, line: int) -> Any:
     """The JSON value of ``text`` (a line, or a JSON document that begins on ``line``), as deep,
-    without NUL characters and with finite numbers; NotJSON when it is no JSON, else FormatError."""
-    odd: list[str] = []
-
-    def number(literal: str) -> float:
-        value = float(literal)
-        if not math.isfinite(value):
-            odd.append(literal)
-        return value
-
-    def constant(literal: str) -> float:  # NaN, Infinity, -Infinity: Python reads them, JSON has none
-        odd.append(literal)
-        return float(literal)
-
+    without NUL characters or lone surrogates and with finite numbers (the API's own rules:
+    ``check_value``); NotJSON when it is no JSON, else FormatError."""
     depth = int(memory_settings.MAX_JSON_DEPTH)
     try:
-        value = json.loads(text, parse_float=number, parse_constant=constant)
+        value = json.loads(text)
     except RecursionError:
         raise FormatError(line, f"JSON nests deeper than {depth} levels") from None
     except json.JSONDecodeError as exc:
@@ -115,44 +103,7 @@ def load_json(text: str, line: int) -> Any:
         check_value(value, depth)
     except ParseError as exc:
         raise FormatError(line, str(exc.detail)) from None
-    if odd:
-        where = _path_to(value, lambda v: isinstance(v, float) and not math.isfinite(v))
-        raise FormatError(line, f"{where}: {odd[0]} is not a finite number")
-    if _SURROGATE_ESCAPE.search(text):  # a pair is one character; a lone half is no text Postgres takes
-        where = _path_to(value, lambda v: isinstance(v, str) and not _is_unicode(v))
-        if where:
-            raise FormatError(line, f"{where}: a lone UTF-16 surrogate (\\ud800-\\udfff) is no character")
     return value
-
-
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _path_to(value: Any, wrong: Callable[[Any], bool]) -> str:
-    """Where in ``value`` the first item (or object key) that is ``wrong`` is: ``fields.searches``,
-    ``metadata.tags[2]``, "the value" for the whole; "" when there is none."""
-    stack: list[tuple[Any, str]] = [(value, "")]
-    while stack:
-        item, path = stack.pop()
-        if wrong(item):
-            return path or "the value"
-        if isinstance(item, dict):
-            for key, child in item.items():
-                child_path = f"{path}.{key}" if path else str(key)
-                if wrong(key):
-                    return f"a key in {path or 'the value'}"
-                stack.append((child, child_path))
-        elif isinstance(item, list):
-            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
-    return ""
 
 
 def json_lines(lines: Iterable[bytes | str]) -> Iterable[tuple[int, dict[str, Any]]]:

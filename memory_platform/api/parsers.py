@@ -23,29 +23,40 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def check_value(value: Any, max_depth: int) -> None:
     """Raise ParseError when ``value`` nests deeper than ``max_depth``, holds a NUL character or a
-    lone surrogate in any key or string, or a number that is not finite. Iterative, so a deep
-    value cannot exhaust the stack here either."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    lone surrogate in any key or string, or a number that is not finite; the message says where
+    (``turns[0].metadata.k: ...``). Iterative, so a deep value cannot exhaust the stack here either."""
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
-        item, depth = stack.pop()
+        item, depth, path = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                raise ParseError("text must not contain the NUL character (\\u0000)")
-            if _SURROGATE.search(item):
-                raise ParseError("text must not contain half of a UTF-16 surrogate pair (\\ud800-\\udfff)")
+            _check_text(item, path)
         elif isinstance(item, float):
             if not math.isfinite(item):
                 raise ParseError(
-                    "numbers must be finite (NaN, Infinity and numbers beyond 1e308 are not JSON)"
+                    f"{_at(path)}numbers must be finite (NaN, Infinity and numbers beyond 1e308 are not JSON)"
                 )
         elif isinstance(item, dict | list):
             if depth > max_depth:
-                raise ParseError(f"JSON nests deeper than {max_depth} levels")
+                raise ParseError(f"{_at(path)}JSON nests deeper than {max_depth} levels")
             if isinstance(item, dict):
-                stack.extend((key, depth) for key in item)
-                stack.extend((child, depth + 1) for child in item.values())
+                for key, child in item.items():
+                    _check_text(str(key), f"a key in {path or 'the body'}")
+                    stack.append((child, depth + 1, f"{path}.{key}" if path else str(key)))
             else:
-                stack.extend((child, depth + 1) for child in item)
+                stack.extend((child, depth + 1, f"{path}[{i}]") for i, child in enumerate(item))
+
+
+def _at(path: str) -> str:
+    return f"{path}: " if path else ""
+
+
+def _check_text(text: str, path: str) -> None:
+    if "\x00" in text:
+        raise ParseError(f"{_at(path)}text must not contain the NUL character (\\u0000)")
+    if _SURROGATE.search(text):
+        raise ParseError(
+            f"{_at(path)}text must not contain half of a UTF-16 surrogate pair (\\ud800-\\udfff)"
+        )
 
 
 class StrictJSONParser(JSONParser):
