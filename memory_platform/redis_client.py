@@ -91,23 +91,20 @@ class _Guarded:
         self.circuit = circuit
         super().__init__(*args, **kwargs)
 
-    def connect_check_health(self, *args: Any, **kwargs: Any) -> Any:
+    def _asked(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self.circuit.before()
         try:
-            return super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
+            return call(*args, **kwargs)
         except _NETWORK_ERRORS as exc:
             if not isinstance(exc, CircuitOpen):
                 self.circuit.failed()
             raise
 
+    def connect_check_health(self, *args: Any, **kwargs: Any) -> Any:
+        return self._asked(super().connect_check_health, *args, **kwargs)  # type: ignore[misc]
+
     def send_packed_command(self, *args: Any, **kwargs: Any) -> Any:
-        self.circuit.before()
-        try:
-            return super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
-        except _NETWORK_ERRORS as exc:
-            if not isinstance(exc, CircuitOpen):
-                self.circuit.failed()
-            raise
+        return self._asked(super().send_packed_command, *args, **kwargs)  # type: ignore[misc]
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
