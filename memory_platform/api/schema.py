@@ -99,10 +99,9 @@ COMMON = {
     "429": "over the key's or the tenant's rate limit; or, in place of a 401, too many invalid API "
     "keys from this address; retry after `Retry-After` seconds",
 }
-WITH_BODY = {
-    "413": "the body is larger than `MEMORY_MAX_REQUEST_BYTES` (or a batch holds too many turns)",
-    "415": "the body is not `application/json`",
-}
+WITH_BODY = {"413": "the body is larger than `MEMORY_MAX_REQUEST_BYTES` (or a batch holds too many turns)"}
+#: Only where the body must be JSON (``POST /import`` reads any body as JSON lines).
+WITH_JSON_BODY = {"415": "the body is not `application/json`"}
 ON_ONE_MEMORY = {
     "404": "no such memory in the caller's tenant",
     "409": "the memory changed meanwhile, or cannot take this change",
@@ -119,6 +118,8 @@ def error_responses(result: dict[str, Any], generator: Any, request: Any, public
             codes = dict(COMMON)
             if "requestBody" in operation:
                 codes.update(WITH_BODY)
+                if set(operation["requestBody"].get("content", {})) == {"application/json"}:
+                    codes.update(WITH_JSON_BODY)
             if re.search(r"\{\w+\}", path):
                 codes.update(ON_ONE_MEMORY)
             responses = operation.setdefault("responses", {})
