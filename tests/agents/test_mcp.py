@@ -234,3 +234,25 @@ def test_http_answers_every_refusal_in_json(live_server, team):
     # Not JSON at all, sent as JSON: the protocol's parse error, in JSON too.
     broken = httpx.post(url, content="hello", headers={**headers, "Content-Type": "application/json"})
     assert broken.status_code == 400 and broken.json()["error"]["code"] == -32700
+
+
+def test_recall_of_the_query_that_froze_redis_answers_at_once(live_server, team):
+    """``recall`` reaches search through the REST API, so a query that once froze the shared Redis
+    (docs/decisions/0037) answers within a second through MCP too, and Redis still answers."""
+    import time
+
+    from memory_platform.redis_client import get_redis
+
+    team.post("/api/v1/memories", {"text": "我们去日本东京旅行 über Kyoto"})
+
+    async def run():
+        client, http = over_http(live_server.url, team.secret)
+        async with http, client:
+            started = time.perf_counter()
+            found = answer(await client.call_tool("recall", {"query": "ü日本 " * 30}))
+            return time.perf_counter() - started, found
+
+    took, found = asyncio.run(run())
+    assert took < 1.0 and found["results"]
+    started = time.perf_counter()
+    assert get_redis(quick=True).ping() and time.perf_counter() - started < 0.1
