@@ -26,6 +26,7 @@ from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.request import Request
 
 from memory_platform.api.base import TenantAPIView
+from memory_platform.client_address import client_address
 
 from .dispatch import Caller
 from .tools import build_server
@@ -149,7 +150,9 @@ def _scope(request: Request) -> dict[str, Any]:
         "root_path": "",
         "query_string": meta.get("QUERY_STRING", "").encode("latin-1"),
         "headers": headers,
-        "client": (meta.get("REMOTE_ADDR", "127.0.0.1"), 0),
+        # The client as the API's throttles name it (through trusted proxies): the tools' calls
+        # carry it as their address, so a proxy's clients are counted apart there too.
+        "client": (client_address(meta), 0),
         "server": (request.get_host().rsplit(":", 1)[0], int(request.get_port())),
     }
 
