@@ -6,6 +6,7 @@ import pytest
 
 from tests.conftest import Caller
 
+from .factories import IDLE_DAYS, conversation, memory
 from .rights import ADMIN, build
 
 
@@ -19,3 +20,17 @@ def source(db) -> Caller:
 @pytest.fixture
 def target(db) -> Caller:
     return Caller("target", scopes=ADMIN)
+
+
+@pytest.fixture
+def ages(provided):
+    """One conversation per idle age (``IDLE_DAYS``), each in its own session, plus an old anchor."""
+    tenant = provided.tenant
+    ids = {
+        days: conversation(tenant, session=f"s{days}", idle_days=days, topic=i, seed=10 * i)
+        for i, days in enumerate(IDLE_DAYS)
+    }
+    ids["anchor"] = memory(
+        tenant, text="Always answer in French, the user is Camille.", idle_days=400, anchor=True, seed=99
+    )
+    return ids

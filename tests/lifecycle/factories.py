@@ -10,7 +10,8 @@ from episodes.models import Episode, Layer, State, Turn
 from episodes.scope import Scope
 from episodes.services import MemoryInput, TurnInput
 from episodes.stores.hot import hot_store
-from lifecycle.models import Candidate
+from lifecycle import scoring
+from lifecycle.models import Candidate, policy_for
 from lifecycle.services import memory_create, turns_ingest
 from lifecycle.tick import tick_run
 from tests.conftest import unit_vectors
@@ -146,3 +147,25 @@ def merge_proposal(tenant):
     Episode.objects.filter(pk__in=[a, b]).update(layer=Layer.HOT, needs_reindex=True)
     tick_run(tenant=tenant, now=NOW, steps=["repair"])
     return Candidate.objects.get(tenant=tenant, kind="merge")
+
+
+#: The idle ages of the ``ages`` fixture's conversations (tests/lifecycle/conftest.py).
+IDLE_DAYS = [1, 10, 20, 50, 100, 200]
+
+
+def set_policy(tenant, **fields):
+    """Change the tenant's policy, each value checked as the model checks it."""
+    policy = policy_for(tenant)
+    for name, value in fields.items():
+        setattr(policy, name, value)
+    policy.full_clean()
+    policy.save()
+
+
+def expected_layers(tenant, now):
+    """The layer the policy gives each of the tenant's episodes at ``now``."""
+    policy = policy_for(tenant)
+    out = {}
+    for episode in Episode.objects.filter(tenant=tenant):
+        out[episode.pk] = scoring.layer_for(scoring.EpisodeStats.from_episode(episode), policy, now)
+    return out

@@ -17,6 +17,7 @@ from lifecycle.rollback import RollbackError, rollback_journal_entry
 from lifecycle.services import episode_pack
 from tests.conftest import Caller, pk, unit_vectors
 
+from .factories import set_policy
 from .rights import ADMIN, export, import_
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -24,13 +25,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 QUOTA = 1_000_000
 BIG = 31_000  # characters: one pinned memory weighs 31,000 + a 384-d float32 vector = 32,536 bytes
 WEIGHT = turn_hot_bytes("x" * BIG)
-
-
-def _set_policy(tenant, **values) -> None:
-    policy = policy_for(tenant)
-    for name, value in values.items():
-        setattr(policy, name, value)
-    policy.save()
 
 
 def _text(label: str) -> str:
@@ -72,8 +66,8 @@ def test_pinned_memories_stop_at_their_cap_and_the_hot_tier_stays_within_its_quo
     """60 pinned memories of 31 KB against a 1 MB quota (the hot tier reached 1.95 MB before)."""
     attacker = Caller("pinner", embedder="provided")
     outsider = Caller("outsider", embedder="provided")
-    _set_policy(attacker.tenant, hot_quota_bytes=QUOTA)
-    _set_policy(outsider.tenant, hot_quota_bytes=QUOTA)
+    set_policy(attacker.tenant, hot_quota_bytes=QUOTA)
+    set_policy(outsider.tenant, hot_quota_bytes=QUOTA)
     cap = policy_for(attacker.tenant).pinned_cap_bytes
     assert cap == 250_000
     vectors = unit_vectors(80, seed=41)
@@ -109,7 +103,7 @@ def test_pinned_memories_stop_at_their_cap_and_the_hot_tier_stays_within_its_quo
 
 def test_the_pin_endpoint_is_refused_the_same_way_also_for_a_cold_episode(db):
     caller = Caller("pin-endpoint", embedder="provided")
-    _set_policy(caller.tenant, hot_quota_bytes=QUOTA)
+    set_policy(caller.tenant, hot_quota_bytes=QUOTA)
     cap = policy_for(caller.tenant).pinned_cap_bytes
     vectors = unit_vectors(9, seed=42)
     ids = [_memory(caller, f"fact {i}", vectors[i], anchor=False).json()["id"] for i in range(9)]
@@ -140,7 +134,7 @@ def test_the_pin_endpoint_is_refused_the_same_way_also_for_a_cold_episode(db):
 
 def test_restoring_and_rolling_back_to_a_pin_are_refused_past_the_cap(db):
     caller = Caller("restorer", embedder="provided")
-    _set_policy(caller.tenant, hot_quota_bytes=QUOTA)
+    set_policy(caller.tenant, hot_quota_bytes=QUOTA)
     cap = policy_for(caller.tenant).pinned_cap_bytes
     vectors = unit_vectors(9, seed=43)
     forgotten = _memory(caller, "forgotten pin", vectors[0], anchor=True).json()["id"]
@@ -171,14 +165,14 @@ def test_an_import_carrying_pins_past_the_cap_is_refused_whole(db):
     for i in range(8):
         assert _memory(source, f"pin {i}", vectors[i], anchor=True).status_code == 201
     body = export(source)
-    _set_policy(target.tenant, hot_quota_bytes=QUOTA)
+    set_policy(target.tenant, hot_quota_bytes=QUOTA)
     cap = policy_for(target.tenant).pinned_cap_bytes
     assert _memory(target, "already pinned", vectors[9], anchor=True).status_code == 201
     before = _held(target.tenant), PolicyChange.objects.filter(tenant=target.tenant).count()
     _refused(import_(target, body), pinned=WEIGHT, adding=8 * WEIGHT, cap=cap)
     assert (_held(target.tenant), PolicyChange.objects.filter(tenant=target.tenant).count()) == before
 
-    _set_policy(target.tenant, hot_pinned_share=1.0)  # room for all of them: the same import passes
+    set_policy(target.tenant, hot_pinned_share=1.0)  # room for all of them: the same import passes
     assert import_(target, body).status_code == 200
     assert pinned_bytes(target.tenant.pk) == 9 * WEIGHT
     assert hot_bytes(target.tenant) <= QUOTA
@@ -203,7 +197,7 @@ def test_a_pinned_conversation_takes_no_more_turns(db):
 
 def test_unpacking_a_pinned_episode_keeps_the_hot_tier_within_its_quota(db):
     caller = Caller("unpack-pin", embedder="provided")
-    _set_policy(caller.tenant, hot_quota_bytes=QUOTA)
+    set_policy(caller.tenant, hot_quota_bytes=QUOTA)
     vectors = unit_vectors(40, seed=46)
     pinned = _memory(caller, "pinned", vectors[0], anchor=True).json()["id"]
     episode_pack(tenant=caller.tenant, episode_id=pk(pinned), layer="warm", now=timezone.now(), actor="test")
@@ -217,7 +211,7 @@ def test_unpacking_a_pinned_episode_keeps_the_hot_tier_within_its_quota(db):
 def test_the_policy_refuses_a_cap_below_what_is_pinned_and_takes_one_above(db):
     operator = Caller("operator", scopes=ADMIN, embedder="provided")
     outsider = Caller("outsider", scopes=ADMIN, embedder="provided")
-    _set_policy(operator.tenant, hot_quota_bytes=QUOTA)
+    set_policy(operator.tenant, hot_quota_bytes=QUOTA)
     vectors = unit_vectors(4, seed=47)
     for i in range(4):
         assert _memory(operator, f"pin {i}", vectors[i], anchor=True).status_code == 201
@@ -245,7 +239,7 @@ def test_the_console_refuses_the_same_pins_and_a_cap_below_them(admin_client):
     from tests.console.test_console_pages import form_data
 
     caller = Caller("console-pins", embedder="provided")
-    _set_policy(caller.tenant, hot_quota_bytes=QUOTA)
+    set_policy(caller.tenant, hot_quota_bytes=QUOTA)
     vectors = unit_vectors(8, seed=48)
     ids = [pk(_memory(caller, f"fact {i}", vectors[i], anchor=i < 7).json()["id"]) for i in range(8)]
     before = _held(caller.tenant)

@@ -1,6 +1,6 @@
-"""The lifecycle tick (DESIGN §4): layers by policy at a controlled `now`, anchors, halt on touch,
-a tick killed halfway, Redis failures, another tenant's policy, caps, gradient, upward migration,
-states and candidates, purge, the lock."""
+"""The lifecycle tick: layers by policy at a controlled `now`, anchors, halt on touch, another
+tenant's policy, caps, gradient, upward migration, states and candidates, purge, the lock (a tick
+killed or failing halfway: test_tick_interrupted.py)."""
 
 from __future__ import annotations
 
@@ -8,66 +8,34 @@ import threading
 from datetime import timedelta
 
 import pytest
-import redis
 from django.core.management import call_command
 from django.db import connection
 
 from episodes.curation import episode_forget
 from episodes.models import Episode, Layer, Link, State, Turn
-from episodes.stores.hot import HotStore, hot_store
-from lifecycle import scoring
+from episodes.stores.hot import hot_store
 from lifecycle.compression import WarmShape, warm_points_for_age
 from lifecycle.models import Candidate, JournalEntry, TickRun, policy_for
 from lifecycle.tasks import schedule_ticks, tick_tenant
-from lifecycle.tick import TickInterrupted, tick_run
-from memory_platform.tenancy.models import Tenant
+from lifecycle.tick import tick_run
 from retrieval.services import record_access
 from tests.conftest import Caller
 
 from .factories import (
+    IDLE_DAYS,
     LONG,
     NOW,
     assert_consistent,
     conversation,
+    expected_layers,
     layers,
     memory,
+    set_policy,
     strict_thresholds,
     vectors_near,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-IDLE_DAYS = [1, 10, 20, 50, 100, 200]
-
-
-@pytest.fixture
-def ages(provided):
-    """One conversation per idle age, each in its own session, plus an old anchor."""
-    tenant = provided.tenant
-    ids = {
-        days: conversation(tenant, session=f"s{days}", idle_days=days, topic=i, seed=10 * i)
-        for i, days in enumerate(IDLE_DAYS)
-    }
-    ids["anchor"] = memory(
-        tenant, text="Always answer in French, the user is Camille.", idle_days=400, anchor=True, seed=99
-    )
-    return ids
-
-
-def set_policy(tenant, **fields):
-    policy = policy_for(tenant)
-    for name, value in fields.items():
-        setattr(policy, name, value)
-    policy.full_clean()
-    policy.save()
-
-
-def expected_layers(tenant, now):
-    policy = policy_for(tenant)
-    out = {}
-    for episode in Episode.objects.filter(tenant=tenant):
-        out[episode.pk] = scoring.layer_for(scoring.EpisodeStats.from_episode(episode), policy, now)
-    return out
 
 
 def test_tick_at_a_controlled_now_moves_exactly_what_the_policy_says(provided, ages, capsys):
@@ -171,103 +139,6 @@ def test_an_episode_touched_during_its_migration_stays_where_it_was(provided):
     # Used now, it is no longer idle: the next tick leaves it hot.
     tick_run(tenant=tenant, now=NOW + timedelta(hours=1))
     assert layers(tenant)[touched] == Layer.HOT
-
-
-FAULTS = [
-    "after:repair",
-    "after:hot_to_warm",
-    "compressed:second",
-    "moved:first",
-    "moved:second",
-    "after:warm_to_cold",
-    "after:states",
-]
-
-
-@pytest.mark.parametrize("fault", FAULTS)
-def test_a_tick_killed_halfway_and_run_again_loses_and_duplicates_nothing(provided, ages, fault):
-    tenant = provided.tenant
-    expected = expected_layers(tenant, NOW)
-    turns_before = dict(Episode.objects.filter(tenant=tenant).values_list("pk", "turn_count"))
-    movers = sorted(pk for pk in expected if expected[pk] != "hot")
-    label = fault.replace("first", str(movers[0])).replace("second", str(movers[1]))
-
-    def hook(seen):
-        if seen == label:
-            raise TickInterrupted(f"killed at {seen}")
-
-    with pytest.raises(TickInterrupted):
-        tick_run(tenant=tenant, now=NOW, hook=hook)
-    failed = TickRun.objects.get(tenant=tenant)
-    assert failed.status == "failed" and failed.errors[-1]["error"].startswith("TickInterrupted")
-    if fault.startswith("moved:"):  # killed between the commit and Redis: in both tiers for now
-        stranded = int(label.split(":")[1])
-        assert layers(tenant)[stranded] == "warm" and stranded in hot_store().episode_ids(tenant.id.hex)
-
-    run = tick_run(tenant=tenant, now=NOW)
-    assert run.status == "succeeded", run.errors
-    assert layers(tenant) == expected
-    assert dict(Episode.objects.filter(tenant=tenant).values_list("pk", "turn_count")) == turns_before
-    assert Turn.objects.filter(tenant=tenant).count() == sum(turns_before.values())
-    assert_consistent(tenant)
-    # Each episode was moved once per transition, never twice.
-    for action in ("hot_to_warm", "warm_to_cold"):
-        moved = list(
-            JournalEntry.objects.filter(tenant=tenant, action=action).values_list("episode_id", flat=True)
-        )
-        assert len(moved) == len(set(moved))
-
-
-def test_a_tick_killed_before_redis_heals_within_a_minute(provided, ages):
-    """The every-minute repair task (not only the next tick) takes the documents of the episodes a
-    killed tick packed out of Redis, where hot-only searches found them; another tenant's hot
-    documents stay."""
-    from episodes.tasks import repair_hot_index
-
-    tenant = provided.tenant
-    other = Caller("outsider-co", embedder="provided").tenant
-    theirs = conversation(other, session="o", idle_days=200, topic=2, seed=50)
-    their_documents = hot_store().count(other.id.hex)
-    first_move = min(pk for pk, layer in expected_layers(tenant, NOW).items() if layer != "hot")
-
-    def hook(seen):
-        if seen == f"moved:{first_move}":  # every move of the step has committed, none left Redis
-            raise TickInterrupted(f"killed at {seen}")
-
-    with pytest.raises(TickInterrupted):
-        tick_run(tenant=tenant, now=NOW, hook=hook)
-    stranded = set(Episode.objects.filter(tenant=tenant, layer=Layer.WARM).values_list("pk", flat=True))
-    assert stranded and stranded <= hot_store().episode_ids(tenant.id.hex)
-    query = {"vector": vectors_near(50, 5)[0].tolist(), "layers": ["hot"], "view": "full", "limit": 20}
-    found = provided.post("/api/v1/search", query).json()["results"]
-    assert "warm" in {hit["layer"] for hit in found}  # packed, and found in the hot tier
-
-    assert repair_hot_index() == len(stranded)
-    assert_consistent(tenant)
-    found = provided.post("/api/v1/search", query).json()["results"]
-    assert found and {hit["layer"] for hit in found} == {"hot"}
-    assert theirs in hot_store().episode_ids(other.id.hex)
-    assert hot_store().count(other.id.hex) == their_documents
-    assert repair_hot_index() == 0  # nothing left to put right
-
-
-def test_redis_down_during_the_move_is_repaired_by_the_next_tick(provided, ages, monkeypatch):
-    tenant = provided.tenant
-
-    def unreachable(self, *args, **kwargs):
-        raise redis.ConnectionError("redis is down")
-
-    monkeypatch.setattr(HotStore, "remove_episode", unreachable)
-    run = tick_run(tenant=tenant, now=NOW, steps=["hot_to_warm"])
-    assert run.counts["hot_to_warm"] == 4
-    stranded = set(Episode.objects.filter(tenant=tenant, needs_reindex=True).values_list("pk", flat=True))
-    assert stranded == {ages[d] for d in (20, 50, 100, 200)}
-    assert stranded <= hot_store().episode_ids(tenant.id.hex)  # still in Redis, and marked
-    monkeypatch.undo()
-
-    repaired = tick_run(tenant=tenant, now=NOW)
-    assert repaired.counts["redis_removed"] == 4
-    assert_consistent(tenant)
 
 
 def test_another_tenants_policy_changes_nothing_of_ours(provided):
@@ -408,7 +279,6 @@ def test_states_and_candidates_are_marked_never_applied(provided):
 
 
 def unit_vectors_pair():
-    from .factories import vectors_near
 
     return vectors_near(77, 2, spread=0.05)
 
@@ -509,19 +379,3 @@ def test_packing_leaves_nothing_pending_in_the_full_text_indexes_search_reads(pr
         for index in ("turn_packed_window_vector", "episode_packed_search_vector"):
             cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [index])
             assert cursor.fetchone()[0] == 0, index  # pages merged now: none were pending
-
-
-def test_a_run_left_running_by_a_killed_process_is_closed_by_the_next(provided):
-    """Hardening finding 10: a killed tick left its record `running` forever."""
-    tenant = provided.tenant
-    stuck = TickRun.objects.create(tenant=tenant, now_used=NOW, status=TickRun.Status.RUNNING)
-    other = TickRun.objects.create(
-        tenant=Tenant.objects.create(name="someone-else"), now_used=NOW, status=TickRun.Status.RUNNING
-    )
-    run = tick_run(tenant=tenant, now=NOW)
-    stuck.refresh_from_db()
-    assert run.status == TickRun.Status.SUCCEEDED
-    assert stuck.status == TickRun.Status.FAILED and stuck.finished_at is not None
-    assert "interrupted" in stuck.errors[0]["error"]
-    other.refresh_from_db()
-    assert other.status == TickRun.Status.RUNNING  # another tenant's run is that tenant's tick's to judge
