@@ -16,6 +16,7 @@ import logging
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -136,22 +137,36 @@ def _waits(windows: list[_Window], counts: list[int], now: float, *, at_least: i
     return max(waits) if waits else None
 
 
+def _counts(
+    windows: list[_Window],
+    now: float,
+    in_redis: Callable[[redis.Redis], list[int]],
+    locally: Callable[[list[_Window], float], list[int]],
+) -> list[int]:
+    """The windows' counts as Redis gives them (``in_redis``), or, while it cannot be reached, as
+    this process keeps them (``locally``)."""
+    try:
+        counts = in_redis(get_redis(quick=True))
+    except (redis.RedisError, OSError) as exc:
+        _redis_lost(exc)
+        return locally(windows, now)
+    _redis_back()
+    return counts
+
+
 def hit_all(buckets: list[tuple[str, Rate]], now: float) -> float | None:
     """Count a request in each bucket, in one round trip: the longest wait of those over their
     rate, else None."""
     windows = [_Window.of(bucket, rate, now) for bucket, rate in buckets]
-    try:
-        pipe = get_redis(quick=True).pipeline(transaction=False)
+
+    def in_redis(client: redis.Redis) -> list[int]:
+        pipe = client.pipeline(transaction=False)
         for window in windows:
             pipe.incr(window.key)
             pipe.expire(window.key, window.rate.seconds + 1)
-        counts = [int(c) for c in pipe.execute()[::2]]
-    except (redis.RedisError, OSError) as exc:
-        _redis_lost(exc)
-        counts = local_windows.incr(windows, now)
-    else:
-        _redis_back()
-    return _waits(windows, counts, now, at_least=1)
+        return [int(c) for c in pipe.execute()[::2]]
+
+    return _waits(windows, _counts(windows, now, in_redis, local_windows.incr), now, at_least=1)
 
 
 def hit(bucket: str, rate: Rate, now: float) -> float | None:
@@ -165,11 +180,8 @@ def over_all(buckets: list[tuple[str, Rate]], now: float) -> float | None:
     windows = [_Window.of(bucket, rate, now) for bucket, rate in buckets]
     if not windows:
         return None
-    try:
-        counts = [int(c or 0) for c in get_redis(quick=True).mget([window.key for window in windows])]
-    except (redis.RedisError, OSError) as exc:
-        _redis_lost(exc)
-        counts = local_windows.get(windows, now)
-    else:
-        _redis_back()
-    return _waits(windows, counts, now, at_least=0)
+
+    def in_redis(client: redis.Redis) -> list[int]:
+        return [int(c or 0) for c in client.mget([window.key for window in windows])]
+
+    return _waits(windows, _counts(windows, now, in_redis, local_windows.get), now, at_least=0)
