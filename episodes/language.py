@@ -213,10 +213,12 @@ def _foreign_to_chinese(word: str) -> bool:
     return any(ord(c) > 0x7F for c in word) and not HAN_RUN.fullmatch(word)
 
 
+@functools.lru_cache(maxsize=256)
 def query_terms(text: str) -> QueryTerms:
     """``text`` as the full-text engines of both tiers are given it (``QueryTerms``). Postgres reads
     the query as it came (Chinese segmented without its stopwords; the configuration knows the
-    English and Russian ones), unless words were left out: then it reads the words kept."""
+    English and Russian ones), unless words were left out: then it reads the words kept. Kept for
+    the last queries: one search asks for it from each tier and for ``explain``."""
     segmented = _segmented(text, stopwords())
     found = [w for w in WORD.findall(segmented.lower()) if w not in stopwords()]
     unique = list(dict.fromkeys(found))
