@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from episodes.boundaries import shorten
 from episodes.extraction import extract_decisions, extract_entities, split_sentences
 from episodes.language import Language, chinese_tagged, detect, width
 from memory_platform.openai_compat import post_json
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 HEADLINE_MAX = 120
 TAGS_MAX = 4
+TAG_MAX_CHARS = 100
 # Budgets are in characters as ``width`` counts them (a Chinese character as three).
 MIN_PROSE_BUDGET = 160  # the prose gets about two sentences, whatever else is kept
 COLD_RATIO = 12  # warm -> cold aims at 10-20x (seed 003 NF4)
@@ -194,28 +196,6 @@ def _informative(sentence: str) -> bool:
     return _words(sentence) >= 5 and len(set(_tokens(sentence))) >= 3
 
 
-_CLAUSE_END = "，、；：,;:"
-
-
-def _shorten(text: str, limit: int) -> str:
-    """``text`` within ``limit`` (its ``width``), cut after a clause or at a word boundary in the
-    second half when there is one, else where the limit falls; "…" marks the cut."""
-    text = " ".join(text.split())
-    if width(text) <= limit:
-        return text
-    cut, used = "", 1  # the "…"
-    for char in text:
-        used += width(char)
-        if used > limit:
-            break
-        cut += char
-    tail = cut[len(cut) // 2 :]
-    boundary = max(tail.rfind(c) for c in _CLAUSE_END + " ")
-    if boundary >= 0:
-        cut = cut[: len(cut) // 2 + boundary + (tail[boundary] != " ")]
-    return cut.rstrip(" ,;:-，、；：") + "…"
-
-
 # --- keywords -------------------------------------------------------------------------------------
 
 
@@ -241,7 +221,7 @@ def _keywords(text: str, limit: int) -> list[str]:
         found = [term for term, _ in sorted(counts.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))]
     tags: list[str] = []
     for keyword in found:
-        keyword = keyword.strip()[:100]
+        keyword = shorten(keyword, TAG_MAX_CHARS)
         words = set(keyword.lower().split())
         # "round trip" and "miles round" say the same thing twice: one tag per word
         if keyword and not any(words & set(t.lower().split()) for t in tags):
@@ -282,7 +262,7 @@ class ExtractiveSummariser:
                     sentences.append(sentence)
                     turn_of.append(turn)
         if not sentences:
-            return WarmShape(_shorten(joined, HEADLINE_MAX * 2), [], entities, decisions)
+            return WarmShape(shorten(joined, HEADLINE_MAX * 2), [], entities, decisions)
         scores = sentence_scores(sentences, turn_of=turn_of, turn_embeddings=embeddings, embedder=embedder)
         order = sorted(range(len(sentences)), key=lambda i: (-scores[i], i))
         # The whole warm shape aims at ratio x raw; entities and decisions are kept whatever they
@@ -299,7 +279,7 @@ class ExtractiveSummariser:
                 chosen.append(sentences[i])
                 used += width(sentences[i])
         if not chosen:  # only small talk, or the best sentence alone is over the budget
-            chosen = [_shorten(sentences[order[0]], budget)]
+            chosen = [shorten(sentences[order[0]], budget)]
         return WarmShape(chosen[0], chosen[1:], entities, decisions)
 
     def cold(self, warm: WarmShape) -> ColdShape:
@@ -311,9 +291,8 @@ class ExtractiveSummariser:
             if not tags or sum(map(width, tags)) + width(tag) <= target // 3:
                 tags.append(tag)
         budget = min(HEADLINE_MAX, max(MIN_HEADLINE_CHARS, target - sum(map(width, tags))))
-        # the summary is the episode's best sentence; a long one is cut at a word boundary
-        headline = _shorten(warm.summary, budget)
-        return ColdShape(headline=" ".join(headline.split()), tags=tags)
+        # the summary is the episode's best sentence; a long one is cut on a word or clause boundary
+        return ColdShape(headline=shorten(warm.summary, budget), tags=tags)
 
 
 class LlmSummariser:
@@ -372,10 +351,8 @@ class LlmSummariser:
             )
             if not isinstance(data["tags"], list):
                 raise ValueError("tags is not a list")
-            tags = list(dict.fromkeys(_text(t)[:100] for t in data["tags"]))[:TAGS_MAX]
-            return ColdShape(
-                headline=_shorten(_text(data["headline"]), HEADLINE_MAX), tags=tags, source="llm"
-            )
+            tags = list(dict.fromkeys(shorten(_text(t), TAG_MAX_CHARS) for t in data["tags"]))[:TAGS_MAX]
+            return ColdShape(headline=shorten(_text(data["headline"]), HEADLINE_MAX), tags=tags, source="llm")
         except Exception as exc:
             logger.warning("LLM summariser failed (%s); using the extractive headline", exc)
             return dataclasses.replace(self.fallback.cold(warm), source="extractive-fallback")

@@ -16,6 +16,7 @@ from lifecycle.compression import (
     HEADLINE_MAX,
     ExtractiveSummariser,
     LlmSummariser,
+    WarmShape,
     get_summariser,
     warm_points_for_age,
 )
@@ -85,6 +86,34 @@ def test_cold_is_much_smaller_than_warm_and_has_a_short_headline(policy):
     assert warm.chars / cold.chars >= 5, (warm.chars, cold.chars)
     long_sentence = "word " * 200
     assert len(summariser.cold(summariser.warm([long_sentence])).headline) <= HEADLINE_MAX
+
+
+@pytest.mark.parametrize(
+    ("summary", "headline"),
+    [
+        ("Got it: up to 1,750 EUR a month for the flat in Arroios", "Got it: up to 1,750…"),
+        ("Prefers email over phone calls for support.", "Prefers email…"),
+        ("Бюджет на квартиру: до 1 750 евро в месяц, лучше в районе Арройуш", "Бюджет на квартиру…"),
+        ("我们决定使用PostgreSQL作为主数据库，Redis作为缓存，下周一开始迁移", "我们决定使用…"),
+    ],
+)
+def test_a_short_headline_ends_on_a_word_or_a_clause(policy, summary, headline):
+    # A one-sentence episode's headline gets about 20 characters: the cut is on a boundary
+    # (episodes.boundaries), never "Got it: up to 1…".
+    assert ExtractiveSummariser(policy).cold(WarmShape(summary, [], [], [])).headline == headline
+
+
+def test_a_sentence_over_the_prose_budget_is_cut_on_a_boundary_and_loses_no_entity(policy):
+    sentence = (
+        "We agreed on a budget of up to 1,750 EUR a month for the flat in Arroios with Marta Ribeiro, "
+        + "and the agency in Lisbon said the contract would be ready on March 14 if the deposit of 3,500 "
+        + "EUR is paid by Friday, which Marta confirmed she can do from her account at Millennium BCP "
+        + "without any trouble at all, so we will sign on Monday morning."
+    )
+    warm = ExtractiveSummariser(policy).warm([sentence])
+    assert warm.summary.endswith("…") and sentence.startswith(warm.summary[:-1])
+    assert warm.summary[-2].isalnum() and not sentence[len(warm.summary) - 1].isalnum()
+    assert set(extract_entities(sentence, limit=10_000)) <= set(warm.entities)
 
 
 def test_extractive_is_deterministic(policy):
