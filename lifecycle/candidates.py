@@ -2,7 +2,8 @@
 
 Nothing here merges or deletes by itself. Approving is soft and journaled: a delete forgets the
 episode (restorable for `purge_grace_days`), a merge links the episode `merged_into` the survivor
-and forgets it. Both can be rolled back from the journal.
+and forgets it. Both can be rolled back from the journal. A merge stays within one user and agent,
+and a cluster of near-duplicates is proposed once (docs/decisions/0040-merges-within-one-scope.md).
 """
 
 from __future__ import annotations
@@ -34,7 +35,16 @@ MERGE_NEIGHBOURS = 3
 
 
 class CandidateError(Exception):
-    """The candidate cannot be decided (already decided, its episodes gone or forgotten)."""
+    """The candidate cannot be decided (already decided, its episodes gone or forgotten, or a
+    merge across owners)."""
+
+
+def owner_of(episode: Episode) -> str:
+    """Whose a memory is, as a reviewer reads it: ``user u-bob, agent —`` (the ``MERGE_SCOPE``)."""
+    return ", ".join(
+        f"{name.removesuffix('_id')} {value or '—'}"
+        for name, value in zip(rows.MERGE_SCOPE, rows.merge_scope(episode), strict=True)
+    )
 
 
 def propose_delete(tenant: Tenant, episode: Episode, score: float, now: datetime) -> int:
@@ -65,52 +75,141 @@ def withdraw_delete(tenant: Tenant, episode: Episode, now: datetime) -> list[int
 
 
 def propose_merges(t: Tick, episodes: list[Episode], scores: dict[int, tuple[float, Any]]) -> int:
-    """Seed 002: low score, few links, same kind, embedding cosine >= merge_similarity."""
+    """Merge proposals within one owner, one per member of a cluster of near-duplicates
+    (docs/decisions/0040-merges-within-one-scope.md).
+
+    A packed episode may be merged away when it scores low, has few links and is near enough to
+    another (``scoring.is_merge_candidate``); its nearest neighbours are searched among the packed
+    episodes of the same kind and owner (``rows.MERGE_SCOPE``). The pairs found join into clusters
+    (union-find), and each cluster is proposed once: every member that may be merged away, into
+    the cluster's survivor (``_survival_ranks``), so no episode is both merged and merged into, and no
+    proposal chains into another. A member too far from the survivor itself waits until the
+    cluster is decided.
+
+    An episode in an open proposal (of either kind, on either side) is left out, and any earlier
+    proposal for a pair, in either direction and whatever its fate, stands: a tick run twice
+    proposes nothing new, and a rejection is not proposed again."""
     policy = t.policy
-    episodes = [e for e in episodes if e.layer in (Layer.WARM, Layer.COLD)]
-    degree = degrees(t.tenant, [e.pk for e in episodes])
+    packed = [e for e in episodes if e.layer in (Layer.WARM, Layer.COLD)]
+    degree = degrees(t.tenant, [e.pk for e in packed])
+
+    def mergeable(pk: int, similarity: float) -> bool:
+        return scoring.is_merge_candidate(
+            scores[pk][0], policy, link_count=sum(degree[pk]), similarity=similarity
+        )
+
     low = sorted(
         (
             e
-            for e in episodes
+            for e in packed
             if scores[e.pk][0] < policy.theta_active and sum(degree[e.pk]) <= policy.merge_max_links
         ),
         key=lambda e: (scores[e.pk][0], e.pk),
     )[:MERGE_SCAN_LIMIT]
     by_id = {e.pk: e for e in low}
-    made = 0
-    for a, b, similarity in sorted(
-        rows.merge_neighbours(
-            t.tenant, list(by_id), neighbours=MERGE_NEIGHBOURS, threshold=policy.merge_similarity
-        ),
-        key=lambda x: -x[2],
-    ):
-        score = scores[a][0]
-        if not scoring.is_merge_candidate(score, policy, link_count=sum(degree[a]), similarity=similarity):
+    found = rows.merge_neighbours(
+        t.tenant, list(by_id), neighbours=MERGE_NEIGHBOURS, threshold=policy.merge_similarity
+    )
+    earlier, busy = _merge_history(t.tenant, {pk for a, b, _ in found for pk in (a, b)})
+    pairs = [
+        (a, b)
+        for a, b, similarity in found
+        if not {a, b} & busy and frozenset((a, b)) not in earlier and mergeable(a, similarity)
+    ]
+    clusters = _clusters(pairs)
+    ranked = _survival_ranks(t.tenant, episodes, scores, {pk for cluster in clusters for pk in cluster})
+    wanted = []
+    for found_cluster in clusters:
+        cluster = [pk for pk in found_cluster if pk in ranked]  # one erased meanwhile is gone
+        if len(cluster) < 2:
             continue
-        # Any earlier proposal for the pair, in either direction and whatever its fate, stands:
-        # a tick run twice proposes nothing new, and a rejection is not proposed again.
-        pair = Q(episode_id=a, other_id=b) | Q(episode_id=b, other_id=a)
-        if Candidate.objects.filter(pair, tenant=t.tenant, kind=Candidate.Kind.MERGE).exists():
+        survivor = max(cluster, key=ranked.__getitem__)
+        wanted += [
+            (pk, survivor)
+            for pk in cluster
+            if pk != survivor and pk in by_id and frozenset((pk, survivor)) not in earlier
+        ]
+    similarities = rows.merge_similarities(t.tenant, wanted)
+    made = 0
+    for pk, survivor in wanted:
+        similarity = similarities.get((pk, survivor))
+        if similarity is None or not mergeable(pk, similarity):
             continue
         with transaction.atomic():
             candidate = Candidate.objects.create(
                 tenant=t.tenant,
                 kind=Candidate.Kind.MERGE,
-                episode=by_id[a],
-                other_id=b,
+                episode=by_id[pk],
+                other_id=survivor,
                 similarity=similarity,
-                score=score,
+                score=scores[pk][0],
                 created_at=t.now,
             )
             t.journal(
-                by_id[a],
+                by_id[pk],
                 "propose_merge",
                 {},
-                {"candidate_id": candidate.pk, "other": b, "similarity": round(similarity, 6)},
+                {"candidate_id": candidate.pk, "other": survivor, "similarity": round(similarity, 6)},
             )
         made += 1
     return made
+
+
+def _merge_history(tenant: Tenant, episode_ids: set[int]) -> tuple[set[frozenset[int]], set[int]]:
+    """Of these episodes: the pairs of every merge proposal ever made (either direction, any
+    status), and the episodes in an open proposal of either kind."""
+    touching = Candidate.objects.filter(tenant=tenant).filter(
+        Q(episode_id__in=episode_ids) | Q(other_id__in=episode_ids)
+    )
+    earlier: set[frozenset[int]] = set()
+    busy: set[int] = set()
+    for kind, status, episode_id, other_id in touching.filter(
+        Q(kind=Candidate.Kind.MERGE) | Q(status=Candidate.Status.PROPOSED)
+    ).values_list("kind", "status", "episode_id", "other_id"):
+        if kind == Candidate.Kind.MERGE:
+            earlier.add(frozenset((episode_id, other_id)))
+        if status == Candidate.Status.PROPOSED:
+            busy.update(pk for pk in (episode_id, other_id) if pk is not None)
+    return earlier, busy
+
+
+def _clusters(pairs: list[tuple[int, int]]) -> list[list[int]]:
+    """The connected groups of the pairs (union-find), each sorted, in the order of their first."""
+    parent: dict[int, int] = {}
+
+    def root(pk: int) -> int:
+        parent.setdefault(pk, pk)
+        while parent[pk] != pk:
+            parent[pk] = parent[parent[pk]]
+            pk = parent[pk]
+        return pk
+
+    for a, b in pairs:
+        parent[root(a)] = root(b)
+    groups: dict[int, list[int]] = {}
+    for pk in sorted(parent):
+        groups.setdefault(root(pk), []).append(pk)
+    return list(groups.values())
+
+
+def _survival_ranks(
+    tenant: Tenant, episodes: list[Episode], scores: dict[int, tuple[float, Any]], members: set[int]
+) -> dict[int, tuple[bool, float, datetime, int]]:
+    """What makes a cluster's survivor: the pinned member (an anchor is never merged away), else
+    the highest activity score, then the most recently used, then the oldest (a tie of copies
+    keeps the public id that has been given out longest)."""
+    listed = {e.pk: e for e in episodes if e.pk in members}
+    # The tick lists every visible episode but anchors: a member it did not list is read here.
+    listed |= {
+        e.pk: e
+        for e in Episode.objects.filter(tenant=tenant, pk__in=members - listed.keys()).only(
+            "pk", "anchor", "last_accessed_at"
+        )
+    }
+    return {
+        pk: (e.anchor, scores[pk][0] if pk in scores else 0.0, e.last_accessed_at, -pk)
+        for pk, e in listed.items()
+    }
 
 
 # --- decisions --------------------------------------------------------------------------------------
@@ -135,6 +234,7 @@ def candidate_approve(*, candidate: Candidate, now: datetime, actor: str) -> Can
                 raise CandidateError(
                     f"the episode to merge into (#{candidate.other_id}) is gone or forgotten"
                 )
+            _refuse_across_owners(candidate.episode, survivor)
             link, created = Link.objects.get_or_create(
                 tenant=tenant,
                 src_id=candidate.episode_id,
@@ -161,6 +261,17 @@ def candidate_approve(*, candidate: Candidate, now: datetime, actor: str) -> Can
         candidate.decided_by = actor
         candidate.save(update_fields=["status", "decided_at", "decided_by"])
     return candidate
+
+
+def _refuse_across_owners(merged: Episode, survivor: Episode) -> None:
+    """A merge never makes one person's memory disappear into another's, whoever proposed it
+    (the tick proposes none: ``rows.merge_neighbours``)."""
+    if rows.merge_scope(merged) != rows.merge_scope(survivor):
+        raise CandidateError(
+            f"episode #{merged.pk} ({owner_of(merged)}) and #{survivor.pk} ({owner_of(survivor)}) "
+            "belong to different users or agents: a merge stays within one "
+            "(docs/decisions/0040-merges-within-one-scope.md); reject it"
+        )
 
 
 def candidate_reject(*, candidate: Candidate, now: datetime, actor: str) -> Candidate:

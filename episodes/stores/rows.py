@@ -190,27 +190,67 @@ def uses_add(uses: Mapping[tuple[uuid.UUID, int], Use]) -> int:
         return int(cursor.rowcount)
 
 
+#: The owner fields a merge never crosses: two memories are merged only when they hold the same
+#: values of these ("" included), so one person's memory never disappears into another's. The
+#: session is not among them: a person repeats themselves across sessions
+#: (docs/decisions/0040-merges-within-one-scope.md).
+MERGE_SCOPE = ("user_id", "agent_id")
+
+
+def _same_scope(other: str, one: str) -> str:
+    """The SQL that keeps rows of ``other`` with the ``MERGE_SCOPE`` of ``one`` (table aliases)."""
+    return " ".join(f"AND {other}.{name} = {one}.{name}" for name in MERGE_SCOPE)
+
+
+def merge_scope(episode: Episode) -> tuple[str, ...]:
+    """The values of ``MERGE_SCOPE`` of an episode: two episodes may merge only if they are equal."""
+    return tuple(getattr(episode, name) for name in MERGE_SCOPE)
+
+
 def merge_neighbours(
     tenant: Tenant, episode_ids: Sequence[int], *, neighbours: int, threshold: float
 ) -> list[tuple[int, int, float]]:
-    """(episode, neighbour, cosine) for up to ``neighbours`` nearest packed episodes of the same kind
-    and tenant of each, at or above ``threshold`` (seed 002 merge candidates)."""
+    """(episode, neighbour, cosine) for up to ``neighbours`` nearest packed episodes of the same
+    tenant, kind and ``MERGE_SCOPE`` of each, at or above ``threshold`` (``lifecycle.candidates``
+    proposes merges from them). The owner is inside the nearest-neighbour search, so each
+    episode's neighbours are its owner's (a filter afterwards would leave none where other
+    people wrote the same words)."""
     if not episode_ids:
         return []
     with transaction.atomic(), connection.cursor() as cursor:
-        # Packed episodes only: the HNSW index covers warm and cold rows, and iterative scan keeps
-        # it useful under the tenant and kind filters (pgvector 0.8).
+        # Packed episodes only. An owner's few are read through episode_packed_owner (tenant,
+        # owner, kind; lifecycle migration 0011) and ranked exactly; a large owner's through the
+        # HNSW index of warm and cold rows, which iterative scan keeps useful under the filters
+        # (pgvector 0.8). The planner chooses by the number of owners it sees.
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         cursor.execute(
             f"SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding) AS sim FROM {EPISODES} a "
             f"CROSS JOIN LATERAL (SELECT c.id, c.embedding FROM {EPISODES} c "
-            "  WHERE c.tenant_id = a.tenant_id AND c.kind = a.kind AND c.id <> a.id "
-            "  AND c.layer IN ('warm', 'cold') AND c.state <> %s AND c.embedding IS NOT NULL "
+            f"  WHERE c.tenant_id = a.tenant_id AND c.kind = a.kind {_same_scope('c', 'a')} "
+            "  AND c.id <> a.id AND c.layer IN ('warm', 'cold') AND c.state <> %s "
+            "  AND c.embedding IS NOT NULL "
             "  ORDER BY c.embedding <=> a.embedding LIMIT %s) b "
             "WHERE a.tenant_id = %s AND a.id = ANY(%s) AND 1 - (a.embedding <=> b.embedding) >= %s",
             [State.FORGOTTEN, neighbours, tenant.pk, list(episode_ids), threshold],
         )
         return [(int(a), int(b), float(sim)) for a, b, sim in cursor.fetchall()]
+
+
+def merge_similarities(tenant: Tenant, pairs: Sequence[tuple[int, int]]) -> dict[tuple[int, int], float]:
+    """The cosine of each (episode, survivor) pair of the tenant whose two episodes are of the same
+    kind and ``MERGE_SCOPE`` and both embedded; a pair that crosses is absent from the answer."""
+    if not pairs:
+        return {}
+    found = db.fetch(
+        "SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding) "
+        "FROM unnest(%s::bigint[], %s::bigint[]) AS p(a, b) "
+        f"JOIN {EPISODES} a ON a.id = p.a AND a.tenant_id = %s "
+        f"JOIN {EPISODES} b ON b.id = p.b AND b.tenant_id = a.tenant_id AND b.kind = a.kind "
+        f"{_same_scope('b', 'a')} "
+        "WHERE a.embedding IS NOT NULL AND b.embedding IS NOT NULL",
+        [[a for a, _ in pairs], [b for _, b in pairs], tenant.pk],
+    )
+    return {(int(a), int(b)): float(sim) for a, b, sim in found}
 
 
 class Neighbour(NamedTuple):

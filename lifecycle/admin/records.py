@@ -15,7 +15,7 @@ from django.utils import timezone
 from episodes.models import Episode
 from memory_platform.admin_base import ReadOnlyAdmin, admin_actor
 
-from ..candidates import CandidateError, candidate_approve, candidate_reject
+from ..candidates import CandidateError, candidate_approve, candidate_reject, owner_of
 from ..models import Candidate, JournalEntry, TickRun
 from ..rollback import RollbackError, rollback_journal_entry, rollback_plan, rollback_refusal
 
@@ -29,10 +29,31 @@ class TickRunAdmin(ReadOnlyAdmin):
 
 
 def _review_text(episode: Episode) -> str:
-    """An episode as a reviewer reads it: id, layer, title and the start of its text as stored
-    (no extra statement per row: the list selects the episodes with the candidates)."""
+    """An episode as a reviewer reads it: id, layer, whose it is, title and the start of its text
+    as stored (no extra statement per row: the list selects the episodes with the candidates)."""
     text = episode.headline or episode.summary or episode.search_text
-    return f"{episode.public_id} [{episode.layer}] {episode.title}: {' '.join(text.split())[:240]}"
+    return (
+        f"{episode.public_id} [{episode.layer}] ({owner_of(episode)}) {episode.title}: "
+        f"{' '.join(text.split())[:240]}"
+    )
+
+
+#: The turns a candidate's page shows of an episode that has no packed text.
+REVIEW_TURNS = 4
+
+
+def _review_side(episode: Episode, role: str) -> dict[str, Any]:
+    """One memory of a candidate's page: whose it is, its title, and its packed headline and
+    summary, or its first turns while it has none (a hot episode)."""
+    packed = [text for text in (episode.headline, episode.summary) if text]
+    turns = [] if packed else list(episode.turns.order_by("seq").values("role", "text")[:REVIEW_TURNS])
+    return {
+        "role": role,
+        "episode": episode,
+        "owner": owner_of(episode),
+        "packed": packed,
+        "turns": [{**turn, "text": " ".join(turn["text"].split())[:400]} for turn in turns],
+    }
 
 
 @admin.register(JournalEntry)
@@ -94,8 +115,9 @@ class JournalEntryAdmin(ReadOnlyAdmin):
 
 @admin.register(Candidate)
 class CandidateAdmin(ReadOnlyAdmin):
-    """The review queue: a merge proposal shows both texts side by side with their similarity, a
-    delete proposal its text and why (its activity score fell below the policy's threshold)."""
+    """The review queue: a merge proposal shows both texts and whose each is side by side with
+    their similarity, a delete proposal its text and why (its activity score fell below the
+    policy's threshold). A candidate's page shows both memories in full beside each other."""
 
     list_display = (
         "id",
@@ -114,6 +136,26 @@ class CandidateAdmin(ReadOnlyAdmin):
     raw_id_fields = ("episode", "other")
     date_hierarchy = "created_at"
     actions = ["approve", "reject"]
+    change_form_template = "admin/lifecycle/candidate/change_form.html"
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        candidate = self.get_object(request, object_id)
+        review: dict[str, Any] | None = None
+        if candidate is not None and candidate.other is not None:
+            review = {
+                "sides": [
+                    _review_side(candidate.episode, "merged away"),
+                    _review_side(candidate.other, "survives"),
+                ],
+                "across_owners": owner_of(candidate.episode) != owner_of(candidate.other),
+            }
+        return super().change_view(request, object_id, form_url, {**(extra_context or {}), "review": review})
 
     def has_decide_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("lifecycle.change_candidate"))
