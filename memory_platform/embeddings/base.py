@@ -39,9 +39,11 @@ class Embedder(ABC):
 
     @abstractmethod
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Return a float32 array of shape (len(texts), dim), rows L2-normalised."""
+        """Texts to store (turns, memories, their windows): a float32 array of shape
+        (len(texts), dim), rows L2-normalised."""
 
     def embed_one(self, text: str) -> np.ndarray:
+        """A search query; a model that embeds queries unlike stored texts (e5) overrides it."""
         return self.embed([text])[0]
 
 

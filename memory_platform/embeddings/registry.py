@@ -15,10 +15,15 @@ if TYPE_CHECKING:
 
 ALIASES = {
     "local": "memory_platform.embeddings.local.LocalEmbedder",
+    "e5": "memory_platform.embeddings.e5.E5Embedder",
     "provided": "memory_platform.embeddings.provided.ProvidedEmbedder",
 }
 #: The provider configured per tenant (server, model, key, dimension): not a shared instance.
 OPENAI = "openai"
+#: The platform's English model, and the provider that takes its place for memory in a language
+#: it reads poorly (docs/decisions/0043-multilingual-e5.md).
+ENGLISH = "local"
+MULTILINGUAL = "e5"
 
 _instances: dict[object, Embedder] = {}
 # Guards only the construction of a provider inside this process (a model load); it is not a
@@ -43,6 +48,15 @@ def get_embedder(name: str) -> Embedder:
                 raise EmbeddingError(f"{path} is not an Embedder")
             _instances[path] = cls()
         return _instances[path]
+
+
+def embedder_for_language(name: str, language: str) -> str:
+    """The embedder for a tenant of ``name``'s whose memory is in ``language`` (a policy's): the
+    multilingual one in place of the English model where that reads the language less than
+    fully. Any other choice (openai, provided, a dotted path) was an operator's, and stays."""
+    if name == ENGLISH and get_embedder(ENGLISH).reading(language) < 1:
+        return MULTILINGUAL
+    return name
 
 
 def embedder_for(tenant: Tenant) -> Embedder:

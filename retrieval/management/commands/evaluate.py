@@ -1,7 +1,27 @@
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.test import override_settings
+
+from memory_platform.conf import memory_settings
+from memory_platform.embeddings import Embedder, EmbeddingError, get_embedder
+
+
+@contextlib.contextmanager
+def embedder_of_new_tenants(name: str | None) -> Iterator[Embedder]:
+    """The evaluation's tenants are new ones, made with the platform's embedder
+    (``MEMORY["EMBEDDER"]``), or with ``name``'s within this block."""
+    chosen = name or str(memory_settings.EMBEDDER)
+    try:
+        embedder = get_embedder(chosen)
+    except EmbeddingError as exc:
+        raise CommandError(str(exc)) from exc
+    with override_settings(MEMORY={**settings.MEMORY, "EMBEDDER": chosen}):
+        yield embedder
 
 
 class Command(BaseCommand):
@@ -17,7 +37,8 @@ class Command(BaseCommand):
         "local embedding model; and how often an evidence turn's text is among those results. Generated "
         "observation/summary fields are never indexed. `evaluate multilingual [PATH]`: the project's own Chinese "
         "and Russian set (retrieval/evaluation/data/multilingual.json by default), every question on the "
-        "full-text lists alone and on the fused ranking, Recall@5/@10 and MRR per language and per match kind."
+        "full-text lists alone and on the fused ranking, Recall@5/@10 and MRR per language and per match kind. "
+        "`--embedder` gives the evaluation's tenants another embedder than MEMORY_EMBEDDER's."
     )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
@@ -33,6 +54,12 @@ class Command(BaseCommand):
             help="override the tenant policy's RRF vector weight, text weight and k",
         )
         parser.add_argument(
+            "--embedder",
+            default=None,
+            metavar="NAME",
+            help="the evaluation tenants' embedder: local, e5 or a dotted path (default: MEMORY_EMBEDDER)",
+        )
+        parser.add_argument(
             "--age",
             action="store_true",
             help="run lifecycle ticks so older sessions sit in warm and cold, and compare",
@@ -40,7 +67,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
         from memory_platform.management.ready import require_migrated
-        from retrieval.evaluation import locomo, multilingual
+        from retrieval.evaluation import multilingual
 
         require_migrated()
         if opts["path"] is None:
@@ -49,6 +76,13 @@ class Command(BaseCommand):
             opts["path"] = multilingual.DATA
         if not opts["path"].exists():
             raise CommandError(f"no such file: {opts['path']}")
+        with embedder_of_new_tenants(opts["embedder"]) as embedder:
+            (self.stderr if opts["json"] else self.stdout).write(f"embedder: {embedder.model_id}")
+            self._evaluate(opts)
+
+    def _evaluate(self, opts):  # type: ignore[no-untyped-def]
+        from retrieval.evaluation import locomo, multilingual
+
         log = (lambda m: self.stderr.write(m)) if opts["json"] else (lambda m: self.stdout.write(m))
         if opts["dataset"] == "multilingual":
             if opts["age"] or opts["weights"]:
