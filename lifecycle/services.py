@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from django.db import transaction
-from django.db.models import F, Field
+from django.db.models import Exists, F, Field, OuterRef
 
 from episodes import services as episode_services
 from episodes.curation import episode_for_update
@@ -30,6 +30,7 @@ from episodes.services import (
     TurnInput,
 )
 from memory_platform import counters
+from memory_platform.embeddings import embedder_for_language
 from memory_platform.tenancy.models import Tenant
 
 from . import moves, scoring, transitions
@@ -68,6 +69,7 @@ __all__ = [
     "policy_save",
     "purge_forgotten",
     "rollback_journal_entry",
+    "tenant_embedder_settle",
     "tick_preview",
     "tick_run",
     "turns_ingest",
@@ -79,6 +81,7 @@ def turns_ingest(
 ) -> IngestResult:
     """Append turns, segmented by the tenant's policy, its hot tier kept within its quota."""
     policy = policy_for(tenant)  # one read for the turns' language and the segmentation rules
+    tenant_embedder_settle(tenant=tenant, policy=policy)
     turns = [
         dataclasses.replace(t, language=language_of(t.text, given=t.language, default=policy.language))
         for t in turns
@@ -95,10 +98,28 @@ def turns_ingest(
     return result
 
 
+def tenant_embedder_settle(*, tenant: Tenant, policy: MemoryPolicy) -> None:
+    """Before a tenant's first memory is embedded: the multilingual model in place of the English
+    one when its policy names a language that one reads poorly (``embedder_for_language``). A
+    tenant that holds memory keeps the model that made its vectors: two models' vectors in one
+    tenant would be compared as if they were one model's (docs/decisions/0043-multilingual-e5.md)."""
+    chosen = embedder_for_language(tenant.embedder, policy.language)
+    if chosen == tenant.embedder:
+        return
+    # One statement, checked against what is committed: of two first ingests, one switches and
+    # the other finds the switch made, and none switches a tenant whose memory is written.
+    empty = ~Exists(Episode.objects.filter(tenant_id=OuterRef("pk")))
+    if Tenant.objects.filter(empty, pk=tenant.pk, embedder=tenant.embedder).update(embedder=chosen):
+        tenant.embedder = chosen
+    else:
+        tenant.refresh_from_db(fields=["embedder"])
+
+
 def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Episode:
     """An explicit memory (a fact, a preference), its tenant's hot tier kept within its quota; a
     pinned one also within the tenant's pinned cap (PinnedCapExceeded, nothing written)."""
     policy = policy_for(tenant)
+    tenant_embedder_settle(tenant=tenant, policy=policy)
     given = language_of(memory.text, given=memory.language, default=policy.language)
     # A pin is checked and written in one transaction (its lock keeps a concurrent pin out until
     # the commit), refused before anything is embedded or written. An unpinned memory is embedded
