@@ -9,6 +9,7 @@ from typing import Self
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
@@ -16,7 +17,7 @@ from pgvector.django import HnswIndex, VectorField
 from memory_platform.conf import DEFAULTS
 from memory_platform.tenancy.models import Tenant
 
-from . import public_ids
+from . import public_ids, when
 from .language import Language
 
 EMBEDDING_DIM = int(DEFAULTS["EMBEDDING_DIM"])
@@ -33,6 +34,29 @@ def turn_hot_bytes(text: str) -> int:
     """What one turn adds to ``Episode.hot_bytes``: its text in UTF-8 and its float32 vector."""
     return len(text.encode()) + 4 * EMBEDDING_DIM
 
+
+def validate_mention(value: str) -> None:
+    try:
+        when.mention_window(value)
+    except ValueError:
+        raise ValidationError(
+            f"{value!r} is not a day (2023-03-16) or a span of days (2023-03-06/2023-03-12)"
+        ) from None
+
+
+def mentioned_field(help_text: str) -> ArrayField:
+    """Days a text points at with a relative time phrase ("yesterday" said on 17 March: 16 March),
+    as ``episodes.when.mention_text`` writes them; search counts them as times of their episode."""
+    return ArrayField(
+        models.CharField(max_length=when.MENTION_LENGTH, validators=[validate_mention]),
+        default=list,
+        blank=True,
+        help_text=help_text,
+    )
+
+
+#: The most days an episode keeps of what its turns mention (the first ones).
+MENTIONED_LIMIT = 200
 
 #: The longest ``search_text`` kept (the text of the current layer's shape; hot: its turns).
 SEARCH_TEXT_LIMIT = 200_000
@@ -115,6 +139,7 @@ class Episode(models.Model):
     key_points = ArrayField(models.TextField(), default=list, blank=True)
     headline = models.CharField(max_length=200, blank=True, default="")
     keywords = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    mentioned = mentioned_field("the days its turns' relative time phrases point at (their ``mentioned``)")
     restored_at = models.DateTimeField(null=True, blank=True, help_text="unpacked back to hot (seed 001)")
 
     # search
@@ -213,6 +238,7 @@ class Turn(models.Model):
     occurred_at = models.DateTimeField(help_text="when it was said (event time)")
     ingested_at = models.DateTimeField(default=timezone.now, help_text="when the platform received it")
     metadata = models.JSONField(default=dict, blank=True)
+    mentioned = mentioned_field("the days its relative time phrases point at, read against occurred_at")
     language = models.CharField(
         max_length=2,
         choices=Language.choices,

@@ -24,6 +24,7 @@ from .extraction import extract_decisions, extract_entities
 from .indexing import CONTEXT_REACH, _normalise, episodes_index_hot
 from .language import has_han, index_text, language_of
 from .models import (
+    MENTIONED_LIMIT,
     SEARCH_TEXT_LIMIT,
     Episode,
     ForgottenUser,
@@ -38,6 +39,7 @@ from .models import (
 from .scope import Scope
 from .segmentation import OpenEpisode, SegmentationRules, starts_new_episode
 from .stores.hot import HotUnavailable, unavailable_reason
+from .when import mention_text, mentioned
 
 logger = logging.getLogger(__name__)
 
@@ -290,6 +292,7 @@ def _ingest_scope(
                     occurred_at=occurred_at,
                     ingested_at=now,
                     metadata=turn.metadata,
+                    mentioned=_mentioned(turn.text, occurred_at),
                     embedding=vector,
                 ),
             )
@@ -307,13 +310,19 @@ def _index_text(text: str) -> str | None:
     return index_text(text) if has_han(text) else None
 
 
+def _mentioned(text: str, said_at: datetime) -> list[str]:
+    """``Turn.mentioned``: the days the text's relative time phrases point at, said at ``said_at``."""
+    return list(dict.fromkeys(mention_text(w) for w in mentioned(text, said_at)))
+
+
 def _title(text: str) -> str:
     line = " ".join(text.split())
     return line if len(line) <= 80 else line[:79].rsplit(" ", 1)[0] + "…"
 
 
 def _refresh_episodes(episodes: Iterable[Episode], new_turns: Sequence[Turn]) -> None:
-    """Fold the new turns into each episode's aggregates (counts, times, centroid, entities)."""
+    """Fold the new turns into each episode's aggregates (counts, times, centroid, entities, the
+    days they mention)."""
     per_episode: dict[int, list[Turn]] = {}
     for turn in new_turns:
         per_episode.setdefault(turn.episode_id, []).append(turn)
@@ -329,6 +338,9 @@ def _refresh_episodes(episodes: Iterable[Episode], new_turns: Sequence[Turn]) ->
             episode.embedding = _normalise(np.asarray(centroid, dtype=np.float32))
         episode.entities = _merge(episode.entities, extract_entities(joined), 200)
         episode.decisions = _merge(episode.decisions, extract_decisions(joined), 50)
+        episode.mentioned = _merge(
+            episode.mentioned, [d for t in added for d in t.mentioned], MENTIONED_LIMIT
+        )
         episode.raw_chars += sum(len(t) for t in texts)
         episode.hot_bytes += sum(turn_hot_bytes(t) for t in texts)
         episode.search_text = (episode.search_text + "\n" + index_text(joined)).strip()[:SEARCH_TEXT_LIMIT]
@@ -342,6 +354,7 @@ def _refresh_episodes(episodes: Iterable[Episode], new_turns: Sequence[Turn]) ->
                 "embedding",
                 "entities",
                 "decisions",
+                "mentioned",
                 "raw_chars",
                 "hot_bytes",
                 "search_text",
@@ -432,6 +445,7 @@ def memory_create(
             logger.warning("embedding failed, storing the memory unembedded: %s", exc)
             unembedded = str(exc)
     occurred_at = memory.occurred_at or now
+    days = _mentioned(memory.text, occurred_at)
     with transaction.atomic():
         episode = Episode.objects.create(
             tenant=tenant,
@@ -448,6 +462,7 @@ def memory_create(
             embedding=vector,
             entities=extract_entities(memory.text),
             decisions=extract_decisions(memory.text),
+            mentioned=days,
             raw_chars=len(memory.text),
             hot_bytes=turn_hot_bytes(memory.text),
             search_text=index_text(memory.text)[:SEARCH_TEXT_LIMIT],
@@ -465,6 +480,7 @@ def memory_create(
             occurred_at=occurred_at,
             ingested_at=now,
             metadata=memory.metadata,
+            mentioned=days,
             embedding=vector,
         )
         result = IngestResult(turns=[], episode_ids=[episode.pk], unembedded=unembedded)

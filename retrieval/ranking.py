@@ -31,7 +31,7 @@ from memory_platform.conf import memory_settings
 from memory_platform.tenancy.models import Tenant
 
 from .fusion import weighted_rrf
-from .when import Window
+from .when import Window, mention_window
 
 
 @dataclass(frozen=True)
@@ -183,14 +183,28 @@ _DAY = timedelta(days=1)
 
 def time_factor(row: rows.RankRow, when: Sequence[Window], share: float) -> float:
     """1 + ``share`` for an episode that lies in a window of time the query names, less the
-    farther it lies outside (half at one window's width away), 1 without a window."""
+    farther it lies outside (``closeness``), 1 without a window. The best window counts."""
     if not when or not share:
         return 1.0
-    closeness = max(
-        1.0 / (1.0 + w.distance(row.first_occurred_at, row.last_occurred_at) / max(w.width, _DAY))
-        for w in when
+    mentioned = [mention_window(day) for day in row.mentioned]
+    return 1.0 + share * max(
+        closeness(w, row.first_occurred_at, row.last_occurred_at, mentioned) for w in when
     )
-    return 1.0 + share * closeness
+
+
+def closeness(window: Window, first: datetime, last: datetime, mentioned: Sequence[Window] = ()) -> float:
+    """How far an episode that occurred over [first, last] and mentions the days ``mentioned``
+    lies in ``window``: 1 inside, down to 0 outside.
+
+    A day, a month or a year the query names has exact edges: an episode a day outside is lifted
+    by half, one 41 days outside September by a fortieth, so the named month's episodes come
+    first unless another is much more relevant. A loose window ("recently", "a few weeks ago")
+    loses half at one window's width away. A day the episode's turns mention counts by the share
+    of it inside the window: "yesterday" said on 17 March is wholly inside "on March 16", "last
+    week" a seventh inside it (docs/decisions/0042-time-at-the-turn.md)."""
+    edge = max(window.width, _DAY) if window.loose else _DAY
+    occurred = 1.0 / (1.0 + window.distance(first, last) / edge)
+    return max([occurred, *(window.share_inside(day) for day in mentioned)])
 
 
 def rank_candidates(
@@ -224,7 +238,8 @@ def rank_candidates(
             end += 1
         if end == position:
             break
-        ranked.update((row.pk, row) for row in rows.rank_rows(tenant, order[position:end]))
+        read = rows.rank_rows(tenant, order[position:end], mentioned=bool(when))
+        ranked.update((row.pk, row) for row in read)
         position = end
     return ranked
 

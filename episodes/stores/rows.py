@@ -25,7 +25,7 @@ from .tables import EPISODES, LINKS, TURNS
 
 
 class RankRow(NamedTuple):
-    """What ranking reads of a candidate (the inputs of the seed-003 priority)."""
+    """What ranking reads of a candidate (the inputs of the seed-003 priority, and its times)."""
 
     pk: int
     layer: str
@@ -36,6 +36,8 @@ class RankRow(NamedTuple):
     created_at: datetime
     first_occurred_at: datetime
     last_occurred_at: datetime
+    #: The days its turns mention (``Episode.mentioned``), read only when the query names a time.
+    mentioned: Sequence[str] = ()
 
 
 class TurnRow(NamedTuple):
@@ -73,13 +75,14 @@ def hit_episodes(tenant: Tenant, episode_ids: Sequence[int]) -> dict[int, Episod
     return {e.pk: e for e in (Episode.from_db(connection.alias, names, row) for row in rows)}
 
 
-def rank_rows(tenant: Tenant, episode_ids: Sequence[int]) -> list[RankRow]:
-    """What ranking reads of each of the tenant's visible candidates, in one statement."""
+def rank_rows(tenant: Tenant, episode_ids: Sequence[int], *, mentioned: bool = False) -> list[RankRow]:
+    """What ranking reads of each of the tenant's visible candidates, in one statement; the days
+    their turns mention with ``mentioned`` (a query that names a time)."""
     if not episode_ids:
         return []
     rows = db.fetch(
         "SELECT id, layer, state, anchor, access_count, last_accessed_at, created_at, first_occurred_at, "
-        "last_occurred_at "
+        f"last_occurred_at{', mentioned' if mentioned else ''} "
         f"FROM {EPISODES} "
         "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
         [tenant.pk, list(episode_ids), State.FORGOTTEN.value],
