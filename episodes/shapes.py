@@ -12,55 +12,10 @@ layer (the episode has been unpacked). Everything here is pure: the caller reads
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from memory_platform.conf import memory_settings
-
 from .models import Episode, Layer, State
-
-
-@dataclass(frozen=True)
-class Snippet:
-    """How much of an episode a search hit shows unless asked for all of it: its ``turns`` best
-    matched turns, each with ``neighbours`` turns on either side (a hot episode; a packed one shows
-    its matched turns alone, beside its packed shape). Only the first ``neighbour_hits`` hits of an
-    answer show neighbours (``None``: all of them); the others show their matched turns alone."""
-
-    turns: int
-    neighbours: int
-    neighbour_hits: int | None = None
-
-    @classmethod
-    def default(cls) -> Snippet:
-        return cls(
-            turns=int(memory_settings.SNIPPET_TURNS),
-            neighbours=int(memory_settings.SNIPPET_NEIGHBOURS),
-            neighbour_hits=int(memory_settings.SNIPPET_NEIGHBOUR_HITS),
-        )
-
-    def at(self, rank: int) -> Snippet:
-        """The snippet of the hit at ``rank`` (0 first) of an answer."""
-        if self.neighbour_hits is None or rank < self.neighbour_hits or not self.neighbours:
-            return self
-        return Snippet(turns=self.turns, neighbours=0, neighbour_hits=self.neighbour_hits)
-
-
-def snippet_turns(
-    turns: Sequence[Any], matched: Sequence[tuple[int, float]], snippet: Snippet, *, neighbours: bool = True
-) -> list[Any]:
-    """The turns a snippet shows, in the episode's order: the best matched ones (``matched`` is
-    best first, by internal turn id) and their neighbours; without a match, the first turns."""
-    position = {t.pk: i for i, t in enumerate(turns)}
-    best = [position[pk] for pk, _ in matched if pk in position][: snippet.turns]
-    around = snippet.neighbours if neighbours else 0
-    if not best:
-        return list(turns[: snippet.turns * (2 * around + 1)])
-    shown: set[int] = set()
-    for i in best:
-        shown.update(range(max(0, i - around), min(len(turns), i + around + 1)))
-    return [turns[i] for i in sorted(shown)]
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -155,19 +110,19 @@ def hit(
     *,
     score: float,
     turns: Sequence[Any],
-    matched: Sequence[tuple[int, float]],
-    snippet: Snippet | None,
+    shown: Sequence[Any] | None,
+    matched: Sequence[tuple[int, float]] = (),
     explain: dict[str, Any] | None = None,
     similarity: float | None = None,
 ) -> dict[str, Any]:
-    """A search or activation result: the layer's part and its unpack handle. ``matched`` holds
-    internal turn ids (best first); ``turns`` the episode's turns (all of them, with their text
-    for a hot episode or one shown whole, their ids otherwise).
+    """A search or activation result: the layer's part and its unpack handle. ``turns`` holds the
+    episode's turns (their ids at least), ``shown`` the ones the answer chose to show, with their
+    text (``retrieval.evidence``), ``matched`` the turns search matched (internal ids, best first).
 
-    With a ``snippet`` (the default) a hot episode shows the turns around its best matches, with
-    its turn count and an ``expand`` handle that reads it whole; a warm or cold one its packed shape
-    and, when search found it through them, its matched turns. Without one (``depth=deep``) every
-    turn shows, with every turn's id (so a caller can tell what unpacking would bring back)."""
+    A hot episode shows its chosen turns, with its turn count and an ``expand`` handle that reads
+    it whole; a warm or cold one its packed shape and its chosen turns. With ``shown`` None
+    (``depth=deep``) every turn shows, with every turn's id (so a caller can tell what unpacking
+    would bring back)."""
     body: dict[str, Any] = {
         "episode_id": episode.public_id,
         "layer": episode.layer,
@@ -184,24 +139,21 @@ def hit(
         "turn_count": episode.turn_count,
         "unpack": f"/api/v1/memories/{episode.public_id}/unpack",
     }
-    if snippet is None:
+    if shown is None:
         body.update(layer_body(episode, turns, deep=True))
         body["turn_ids"] = [t.public_id for t in turns]
     elif episode.layer == Layer.HOT:
-        shown = snippet_turns(turns, matched, snippet)
         body.update(layer_body(episode, shown, deep=False))
         body["snippet"] = len(shown) < len(turns)
         body["expand"] = f"/api/v1/memories/{episode.public_id}"
     else:
         body.update(layer_body(episode, turns, deep=False))
-        found = matched_turns(turns, matched, snippet)
-        if found:
-            body["turns"] = [turn_body(t) for t in found]
-        body["snippet"] = bool(found)
-    best = matched if snippet is None else matched[: snippet.turns]
-    if episode.layer == Layer.HOT or (snippet is not None and best):
-        ids = {t.pk: t.public_id for t in turns}
-        body["matched_turn_ids"] = [ids[t] for t, _ in best if t in ids]
+        if shown:
+            body["turns"] = [turn_body(t) for t in shown]
+        body["snippet"] = bool(shown)
+    ids = {t.pk: t.public_id for t in (turns if shown is None else shown)}
+    if matched and (episode.layer == Layer.HOT or ids.keys() & {t for t, _ in matched}):
+        body["matched_turn_ids"] = [ids[t] for t, _ in matched if t in ids]
     return _with_scores(body, similarity, explain, turns)
 
 
@@ -222,14 +174,6 @@ def _with_scores(
     return body
 
 
-def matched_turns(turns: Sequence[Any], matched: Sequence[tuple[int, float]], snippet: Snippet) -> list[Any]:
-    """The matched turns a packed hit shows beside its shape (only they were read with their text;
-    a packed episode's other turns stay in the database)."""
-    if not matched:
-        return []
-    return [t for t in snippet_turns(turns, matched, snippet, neighbours=False) if t.text]
-
-
 def packed_text(episode: Episode) -> str:
     """What a warm episode says in one line (its key points, else its summary), or a cold one (its
     headline, else its title)."""
@@ -238,30 +182,32 @@ def packed_text(episode: Episode) -> str:
     return episode.headline or episode.title
 
 
-def hit_text(
-    episode: Episode,
-    turns: Sequence[Any],
-    matched: Sequence[tuple[int, float]],
-    snippet: Snippet | None,
-) -> str:
-    """The layer's text of a hit as one string: a hot episode's snippet turns (every turn without
-    a ``snippet``), one ``role: text`` line each, a ``…`` line where turns are left out (before,
-    between or after them); a warm one's key points (or summary), a cold one's headline, then the
-    matched turns search found it through."""
-    if shows_turns(episode, deep=snippet is None):
-        shown = list(turns) if snippet is None else snippet_turns(turns, matched, snippet)
-        lines: list[str] = []
-        previous = turns[0].seq - 1 if turns else 0
-        for turn in shown:
-            if turn.seq != previous + 1:
-                lines.append("…")
-            lines.append(f"{turn.role}: {turn.text}")
-            previous = turn.seq
-        if shown and turns and shown[-1].seq != turns[-1].seq:
+def turn_lines(turns: Sequence[Any], shown: Sequence[Any]) -> list[str]:
+    """``shown`` (some of ``turns``, in order) one ``role: text`` line each, with a ``…`` line
+    where turns are left out (before, between or after them)."""
+    lines: list[str] = []
+    previous = turns[0].seq - 1 if turns else 0
+    for turn in shown:
+        if turn.seq != previous + 1:
             lines.append("…")
-        return "\n".join(lines)
-    found = matched_turns(turns, matched, snippet) if snippet else []
-    lines = [packed_text(episode), *(f"{t.role}: {t.text}" for t in found)]
+        lines.append(f"{turn.role}: {turn.text}")
+        previous = turn.seq
+    if shown and turns and shown[-1].seq != turns[-1].seq:
+        lines.append("…")
+    return lines
+
+
+def hit_text(
+    episode: Episode, turns: Sequence[Any], shown: Sequence[Any] | None, *, framed: bool = True
+) -> str:
+    """The layer's text of a hit as one string: its chosen turns (``turn_lines``; every turn when
+    ``shown`` is None), after a warm one's key points (or summary) or a cold one's headline when
+    ``framed``."""
+    if shown is None:
+        return "\n".join(f"{t.role}: {t.text}" for t in turns)
+    lines = turn_lines(turns, shown)
+    if episode.layer != Layer.HOT and framed:
+        lines.insert(0, packed_text(episode))
     return "\n".join(line for line in lines if line)
 
 
@@ -270,8 +216,8 @@ def compact_hit(
     *,
     score: float,
     turns: Sequence[Any],
-    matched: Sequence[tuple[int, float]],
-    snippet: Snippet | None,
+    shown: Sequence[Any] | None,
+    framed: bool = True,
     explain: dict[str, Any] | None = None,
     similarity: float | None = None,
 ) -> dict[str, Any]:
@@ -286,27 +232,19 @@ def compact_hit(
         "score": float(f"{score:.4g}"),
         "date": episode.first_occurred_at.date().isoformat(),
         "turn_count": episode.turn_count,
-        "text": hit_text(episode, turns, matched, snippet),
+        "text": hit_text(episode, turns, shown, framed=framed),
     }
     if episode.state != State.ACTIVE:
         body["state"] = episode.state
     return _with_scores(body, similarity, explain, turns)
 
 
-def prompt_line(
-    episode: Episode,
-    turns: Sequence[Any],
-    matched: Sequence[tuple[int, float]] = (),
-    snippet: Snippet | None = None,
-) -> str:
-    """One line of a prompt: the date, then the layer's text (a hot episode the search matched: the
-    snippet around its best matched turns, when one is given)."""
+def prompt_line(episode: Episode, turns: Sequence[Any]) -> str:
+    """One line of a prompt: the date, then the layer's text (a hot episode's turns, whole)."""
     when = episode.last_occurred_at.date().isoformat()
     if episode.layer == Layer.WARM:
         return f"[{when}] {episode.title}: {packed_text(episode)}"
     if episode.layer == Layer.COLD:
         return f"[{when}] {packed_text(episode)}"
-    if matched and snippet is not None:
-        turns = snippet_turns(turns, matched, snippet)
     body = " ".join(f"{t.role}: {t.text}" for t in turns)
     return f"[{when}] {body}"

@@ -64,12 +64,11 @@ DEFAULTS: dict[str, Any] = {
     "SEARCH_HOPS": False,
     "SEARCH_HOP_WEIGHT": 0.5,
     "ACTIVATION_LIMIT": 3,
-    # a search hit shows its best matched turns with this many neighbours on each side (a snippet;
+    # a search answer shows this many tokens of turns across its hits, chosen by each turn's own
+    # relevance; a matched turn puts this many neighbours on each side forward (retrieval.evidence;
     # `depth=deep` shows whole episodes)
-    "SNIPPET_TURNS": 2,
+    "SEARCH_MAX_TOKENS": 650,
     "SNIPPET_NEIGHBOURS": 1,
-    # only the first hits of an answer show neighbours (the others their matched turns alone)
-    "SNIPPET_NEIGHBOUR_HITS": 2,
     # the API's searches queue their usage counts; a background thread writes them this often
     "USAGE_FLUSH_SECONDS": 0.5,
     # hot index

@@ -1,24 +1,41 @@
-"""Context assembly: what an agent should put in its prompt for a session now."""
+"""Context assembly: what an agent should put in its prompt for a session now, within a budget
+(docs/decisions/0039-evidence-within-a-budget.md).
+
+In order of what the budget serves first: the standing facts (pinned memories), up to a share of
+the budget; the latest turns of this conversation, up to a share; the evidence for the query (the
+turns ``retrieval.evidence`` chooses across the search's hits, whatever their layer, the same
+choice ``POST /search`` shows); then the packed shapes of those hits (key points, headlines) as
+framing, and what they link to, while tokens remain. The text lists the relevant memories in time
+order, each under its date.
+"""
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from episodes import shapes
 from episodes.models import Episode, Layer, Link, LinkKind, State
 from episodes.scope import Scope
-from episodes.stores.rows import turns_for
+from episodes.stores.rows import TurnRow, turn_texts, turns_for
 from memory_platform.tenancy.models import Tenant
 
+from . import evidence
+from .evidence import Budget, estimate_tokens
 from .query import DEFAULT_SCOPE, SearchQuery
-from .services import Hit, record_access, search
+from .services import Hit, record_access, search, turn_similarity
 
-
-def estimate_tokens(text: str) -> int:
-    """About four characters a token for English; good enough to respect a budget."""
-    return max(1, math.ceil(len(text) / 4))
+#: At most these shares of the budget go to the standing facts and to this conversation's turns
+#: (the rest, and whatever they leave, to the evidence for the query).
+ANCHOR_SHARE = 0.25
+SESSION_SHARE = 0.25
+TITLES = {
+    "anchors": "Standing facts",
+    "session": "This conversation",
+    "relevant": "Relevant memories",
+    "linked": "Linked memories",
+}
 
 
 def context(
@@ -32,28 +49,14 @@ def context(
     agent_id: str | None = None,
     limit: int = 10,
     min_score: float | None = None,
+    record: bool = True,
+    ids: bool = False,
 ) -> dict[str, Any]:
-    """Anchors, then the session's hot episodes (newest first), then the memories relevant to
-    ``query_text`` (at least ``min_score`` similar, when given), each added whole while it fits in
-    ``max_tokens``."""
-    sections: dict[str, list[dict[str, Any]]] = {"anchors": [], "session": [], "relevant": [], "linked": []}
-    used = 0
-    seen: set[int] = set()
-    lines: list[str] = []
-
-    def add(section: str, episode: Episode, text: str, extra: dict[str, Any]) -> bool:
-        nonlocal used
-        cost = estimate_tokens(text)
-        if episode.pk in seen or used + cost > max_tokens:
-            return False
-        used += cost
-        seen.add(episode.pk)
-        sections[section].append(
-            {"episode_id": episode.public_id, "layer": episode.layer, "text": text, **extra}
-        )
-        lines.append(text)
-        return True
-
+    """The context for ``query_text`` within ``max_tokens`` (``evidence.estimate_tokens``): its
+    ``text`` (markdown sections), the same content as ``sections`` (each memory with its id), and
+    the ``tokens`` used. The relevant memories are at least ``min_score`` similar, when given.
+    ``record``: count what it shows as used (an access; a linked memory's as a traversal). ``ids``:
+    the text names each memory by its id (and a relevant one's score), within the budget too."""
     # Every section keeps to whose memories were asked for: a user's context never shows another
     # user's session that shares its name, nor what a link leads to in another user's memories.
     owner = Scope(user_id=user_id or None, agent_id=agent_id or None)
@@ -66,56 +69,161 @@ def context(
         session_scope = Scope(session_id=session_id, layers=(Layer.HOT,), states=(State.ACTIVE,))
         session_eps = list(episodes.filter(session_scope.q()).order_by("-last_occurred_at")[:20])
     relevant: list[Hit] = []
+    vector = None
     if query_text.strip():
-        relevant = search(
+        found = search(
             tenant=tenant,
             query=SearchQuery(
                 text=query_text,
                 scope=DEFAULT_SCOPE.replace(user_id=user_id, agent_id=agent_id),
                 limit=limit,
                 min_score=min_score,
+                record_access=False,  # what the context shows is recorded below, once
             ),
             now=now,
-        ).hits
-    ids = [e.pk for e in anchors + session_eps] + [h.episode.pk for h in relevant]
-    # What the relevant memories link to comes last, if the budget allows: following a link is a
-    # traversal (seed 002), not an access.
-    linked_ids = linked_from(tenant=tenant, episode_ids=[h.episode.pk for h in relevant], exclude=set(ids))
-    linked = list(episodes.filter(pk__in=linked_ids))
-    ids += [e.pk for e in linked]
-    turns = turns_for(tenant, ids, full=set(ids))
-    for episode in anchors:
-        add("anchors", episode, shapes.prompt_line(episode, turns.get(episode.pk, [])), {})
-    for episode in session_eps:
-        add("session", episode, shapes.prompt_line(episode, turns.get(episode.pk, [])), {})
-    snippet = shapes.Snippet.default()  # a relevant memory: the turns around its best matches
-    for hit in relevant:
-        add(
-            "relevant",
-            hit.episode,
-            shapes.prompt_line(hit.episode, turns.get(hit.episode.pk, []), hit.matched, snippet),
-            {"score": round(hit.score, 6)},
         )
+        relevant, vector = found.hits, found.query_vector
+    written = _Writer(max_tokens, ids=ids)
+    shown = {e.pk for e in anchors + session_eps}
+    relevant = [h for h in relevant if h.episode.pk not in shown]
+    episode_ids = [*shown, *(h.episode.pk for h in relevant)]
+    turns = turns_for(tenant, episode_ids, full={e.pk for e in anchors + session_eps if e.layer == Layer.HOT})
+
+    cap = written.used + int(max_tokens * ANCHOR_SHARE)
+    for episode in anchors:
+        written.add("anchors", episode, shapes.prompt_line(episode, turns[episode.pk]), cap=cap)
+    cap = written.used + int(max_tokens * SESSION_SHARE)
+    for episode in session_eps:  # newest first: the latest turns that fit
+        written.add_latest("session", episode, turns[episode.pk], cap=cap)
+
+    # The evidence: chosen turns first, then the packed shapes as framing while tokens remain.
+    dated = [
+        estimate_tokens(written.label(h.episode, h.score) + _date_line(h.episode, "")) + 2 for h in relevant
+    ]
+    room = written.left - estimate_tokens(f"## {TITLES['relevant']}\n") - 1
+    chosen = evidence.choose(
+        relevant,
+        [turns[h.episode.pk] for h in relevant],
+        Budget(tokens=max(0, room), neighbours=Budget.default().neighbours),
+        spent=sum(dated),
+        similarity=turn_similarity(tenant, relevant, vector),
+    )
+    picked = [
+        [turns[h.episode.pk][i] for i in positions] for h, positions in zip(relevant, chosen, strict=True)
+    ]
+    texts = turn_texts(tenant, [t.pk for row in picked for t in row if not t.text])
+    picked = [[texts.get(t.pk, t) for t in row] for row in picked]
+    room -= sum(dated) + sum(evidence.turn_tokens(t) for row in picked for t in row)
+    framed = evidence.packed_framing(relevant, room, shapes.packed_text)
+    for i in sorted(range(len(relevant)), key=lambda i: relevant[i].episode.first_occurred_at):
+        hit, rows = relevant[i], picked[i]
+        packed = shapes.packed_text(hit.episode) if hit.episode.pk in framed else ""
+        while rows or packed:
+            block = "\n  ".join(
+                [_date_line(hit.episode, packed), *shapes.turn_lines(turns[hit.episode.pk], rows)]
+            )
+            if written.add("relevant", hit.episode, block, score=hit.score):
+                break
+            # Short by a rounding: its last turn goes, then its framing.
+            rows, packed = (rows[:-1], packed) if rows else (rows, "")
+
+    # What the relevant memories link to comes last, if the budget allows: following a link is a
+    # traversal, not an access.
+    linked_ids = linked_from(
+        tenant=tenant, episode_ids=[h.episode.pk for h in relevant], exclude=set(episode_ids)
+    )
+    linked = list(episodes.filter(pk__in=linked_ids))
+    linked_turns = turns_for(
+        tenant, [e.pk for e in linked], full={e.pk for e in linked if e.layer == Layer.HOT}
+    )
     for episode in linked:
-        add("linked", episode, shapes.prompt_line(episode, turns.get(episode.pk, [])), {})
-    traversed = sorted(e.pk for e in linked if e.pk in seen)
-    record_access(tenant=tenant, episode_ids=sorted(seen - set(traversed)), traversed=traversed, now=now)
-    text = _render_text(sections)
-    return {"sections": sections, "text": text, "tokens": used, "max_tokens": max_tokens}
-
-
-def _render_text(sections: dict[str, list[dict[str, Any]]]) -> str:
-    titles = {
-        "anchors": "Standing facts",
-        "session": "This conversation",
-        "relevant": "Relevant memories",
-        "linked": "Linked memories",
+        written.add("linked", episode, shapes.prompt_line(episode, linked_turns[episode.pk]))
+    if record:
+        traversed = sorted(e.pk for e in linked if e.pk in written.seen)
+        record_access(
+            tenant=tenant, episode_ids=sorted(written.seen - set(traversed)), traversed=traversed, now=now
+        )
+    return {
+        "sections": written.sections,
+        "text": written.text(),
+        "tokens": written.used,
+        "max_tokens": max_tokens,
     }
-    parts = []
-    for name, items in sections.items():
-        if items:
-            parts.append(f"## {titles[name]}\n" + "\n".join(f"- {item['text']}" for item in items))
-    return "\n\n".join(parts)
+
+
+def _date_line(episode: Episode, packed: str) -> str:
+    when = episode.first_occurred_at.date().isoformat()
+    return f"[{when}] {packed}".rstrip()
+
+
+class _Writer:
+    """The sections of a context as they fill, and the tokens they hold."""
+
+    def __init__(self, max_tokens: int, *, ids: bool = False):
+        self.max_tokens = max_tokens
+        self.ids = ids
+        self.used = 0
+        self.seen: set[int] = set()
+        self.sections: dict[str, list[dict[str, Any]]] = {name: [] for name in TITLES}
+
+    @property
+    def left(self) -> int:
+        return self.max_tokens - self.used
+
+    def _cost(self, section: str, text: str) -> int:
+        # A section's first item also pays for its heading.
+        heading = 0 if self.sections[section] else estimate_tokens(f"## {TITLES[section]}\n") + 1
+        return heading + estimate_tokens(text) + 1
+
+    def label(self, episode: Episode, score: float | None = None) -> str:
+        """What names a memory in the text, when ids are asked for ("" otherwise)."""
+        if not self.ids:
+            return ""
+        return f"(id {episode.public_id}" + ("" if score is None else f", score {score:.3g}") + ") "
+
+    def add(
+        self,
+        section: str,
+        episode: Episode,
+        text: str,
+        *,
+        cap: int | None = None,
+        score: float | None = None,
+    ) -> bool:
+        """Add ``text`` whole if it fits within the budget (and ``cap``)."""
+        text = self.label(episode, score) + text
+        cost = self._cost(section, text)
+        limit = self.max_tokens if cap is None else min(cap, self.max_tokens)
+        if episode.pk in self.seen or self.used + cost > limit:
+            return False
+        self.used += cost
+        self.seen.add(episode.pk)
+        item: dict[str, Any] = {"episode_id": episode.public_id, "layer": episode.layer, "text": text}
+        if score is not None:
+            item["score"] = round(score, 6)
+        self.sections[section].append(item)
+        return True
+
+    def add_latest(self, section: str, episode: Episode, turns: Sequence[TurnRow], *, cap: int) -> None:
+        """The latest of ``turns`` that fit within ``cap``, in their order."""
+        kept: list[TurnRow] = []
+        room = min(cap, self.max_tokens) - self.used - self._cost(section, _date_line(episode, ""))
+        for turn in reversed(turns):
+            cost = evidence.turn_tokens(turn)
+            if cost > room:
+                break
+            kept.insert(0, turn)
+            room -= cost
+        if kept:
+            lines = [_date_line(episode, ""), *shapes.turn_lines(turns, kept)]
+            self.add(section, episode, "\n  ".join(lines))
+
+    def text(self) -> str:
+        parts = []
+        for name, items in self.sections.items():
+            if items:
+                parts.append(f"## {TITLES[name]}\n" + "\n".join(f"- {item['text']}" for item in items))
+        return "\n\n".join(parts)
 
 
 def linked_from(*, tenant: Tenant, episode_ids: list[int], exclude: set[int]) -> list[int]:

@@ -32,7 +32,8 @@ from memory_platform import counters
 from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
 
-from . import hops, usage, when
+from . import evidence, hops, usage, when
+from .evidence import Budget
 from .query import SearchQuery
 from .ranking import (
     RetrievalWeights,
@@ -313,10 +314,11 @@ def search_shaped(
     now: datetime,
     may_unpack: bool = True,
     found: Callable[[list[int], list[int]], object] | None = None,
-    snippet: shapes.Snippet | None = None,
+    budget: Budget | None = None,
 ) -> dict[str, Any]:
-    """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``), in a ``snippet``
-    (by default the platform's) unless ``depth=deep``, which shows every hit whole and, when
+    """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``) with the turns
+    chosen across the hits within ``budget`` (``retrieval.evidence``; by default the platform's)
+    unless ``depth=deep``, which shows every hit whole and, when
     ``may_unpack`` (a key with the write scope), unpacks the warm and cold hits (back to hot);
     without it they are read whole where they are. ``found`` is told
     the hits' internal ids (to record their uses): those found by the lists, and those reached by a
@@ -330,7 +332,9 @@ def search_shaped(
             if hit.episode.layer != Layer.HOT:
                 unpack(tenant=tenant, episode_id=hit.episode.pk, now=now, record=False)
     return {
-        "results": hit_bodies(tenant, result.hits, deep=deep, snippet=snippet, view=query.view),
+        "results": hit_bodies(
+            tenant, result.hits, deep=deep, budget=budget, view=query.view, vector=result.query_vector
+        ),
         "degraded": result.degraded,
         "degraded_reason": result.reason or None,
         "stale": result.stale,
@@ -344,35 +348,69 @@ def hit_bodies(
     hits: list[Hit],
     *,
     deep: bool,
-    snippet: shapes.Snippet | None = None,
+    budget: Budget | None = None,
     view: str = "full",
+    vector: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
     """The hits as ``POST /search`` shows them, their turns read at once: whole with ``deep``, else
-    in snippets (``snippet``, by default the platform's); each in its layer's shape
-    (``episodes.shapes.hit``) or, with ``view="compact"``, as its text (``shapes.compact_hit``)."""
+    the turns chosen across the hits within ``budget`` (by default the platform's:
+    ``retrieval.evidence``) by their similarity to the query's ``vector`` when there is one; each
+    in its layer's shape (``episodes.shapes.hit``) or, with ``view="compact"``, as its text
+    (``shapes.compact_hit``)."""
     ids = [h.episode.pk for h in hits]
-    shown = None if deep else (snippet or shapes.Snippet.default())
     full = {h.episode.pk for h in hits if shapes.shows_turns(h.episode, deep=deep)}
-    # A packed hit's snippet shows its best matched turns' text.
-    texts = (
-        []
-        if shown is None
-        else [t for h in hits if h.episode.pk not in full for t, _ in h.matched[: shown.turns]]
-    )
-    turns = turns_for(tenant, ids, full=full, texts=texts)
-    shape = shapes.compact_hit if view == "compact" else shapes.hit
+    turns = turns_for(tenant, ids, full=full)
+    shown: list[list[Any] | None] = [None] * len(hits)
+    framed: set[int] = set()
+    if not deep:
+        budget = budget or Budget.default()
+        chosen = evidence.choose(
+            hits,
+            [turns[h.episode.pk] for h in hits],
+            budget,
+            similarity=turn_similarity(tenant, hits, vector),
+        )
+        rows_of = [
+            [turns[h.episode.pk][i] for i in positions] for h, positions in zip(hits, chosen, strict=True)
+        ]
+        texts = rows.turn_texts(tenant, [t.pk for row in rows_of for t in row if not t.text])
+        shown = [[texts.get(t.pk, t) for t in row] for row in rows_of]
+        # A compact packed hit's key points or headline frame its turns while tokens remain.
+        left = budget.tokens - sum(evidence.turn_tokens(t) for row in rows_of for t in row)
+        framed = evidence.packed_framing(hits, left, shapes.packed_text) if view == "compact" else set()
+    if view == "compact":
+        return [
+            shapes.compact_hit(
+                h.episode,
+                score=h.score,
+                turns=turns.get(h.episode.pk, []),
+                shown=shown[rank],
+                framed=deep or h.episode.pk in framed,
+                explain=h.explain,
+                similarity=h.similarity,
+            )
+            for rank, h in enumerate(hits)
+        ]
     return [
-        shape(
+        shapes.hit(
             h.episode,
             score=h.score,
             turns=turns.get(h.episode.pk, []),
+            shown=shown[rank],
             matched=h.matched,
-            snippet=None if shown is None else shown.at(rank),
             explain=h.explain,
             similarity=h.similarity,
         )
         for rank, h in enumerate(hits)
     ]
+
+
+def turn_similarity(tenant: Tenant, hits: list[Hit], vector: np.ndarray | None) -> dict[int, float] | None:
+    """Turn id -> cosine to ``vector`` for every turn of the hits (None without a vector)."""
+    if vector is None or not hits:
+        return None
+    found = rows.turn_similarities(tenant, [h.episode.pk for h in hits], vector)
+    return {turn: sim for sims in found.values() for turn, sim in sims}
 
 
 # --- activation (seed 000) ------------------------------------------------------------------------

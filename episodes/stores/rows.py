@@ -52,6 +52,8 @@ class TurnRow(NamedTuple):
     occurred_at: datetime | None = None
     metadata: dict[str, Any] | None = None
     language: str = ""
+    #: The length of its text, read whether or not the text is.
+    chars: int = 0
 
 
 @functools.cache
@@ -101,19 +103,37 @@ def turns_for(
         return out
     rows = db.fetch(
         "SELECT id, episode_id, seq, public_id, s.shown, role, CASE WHEN s.shown THEN text END, occurred_at, "
-        f"CASE WHEN s.shown THEN metadata END, language FROM {TURNS}, "
+        f"CASE WHEN s.shown THEN metadata END, language, length(text) FROM {TURNS}, "
         "LATERAL (SELECT episode_id = ANY(%s) OR id = ANY(%s) AS shown) s "
         "WHERE tenant_id = %s AND episode_id = ANY(%s) ORDER BY episode_id, seq, id",
         [list(full), list(texts), tenant.pk, list(episode_ids)],
     )
-    for pk, episode_id, seq, public_id, shown, role, text, occurred_at, metadata, language in rows:
+    for pk, episode_id, seq, public_id, shown, role, text, occurred_at, metadata, language, chars in rows:
         turn = (
-            TurnRow(pk, episode_id, seq, public_id, role, text, occurred_at, metadata or {}, language)
+            TurnRow(pk, episode_id, seq, public_id, role, text, occurred_at, metadata or {}, language, chars)
             if shown
-            else TurnRow(pk, episode_id, seq, public_id)
+            else TurnRow(pk, episode_id, seq, public_id, chars=chars)
         )
         out[episode_id].append(turn)
     return out
+
+
+def turn_texts(tenant: Tenant, turn_ids: Sequence[int]) -> dict[int, TurnRow]:
+    """These turns of the tenant with every shown field (the turns an answer chose of a packed
+    episode, whose text ``turns_for`` left in the database)."""
+    if not turn_ids:
+        return {}
+    rows = db.fetch(
+        "SELECT id, episode_id, seq, public_id, role, text, occurred_at, metadata, language, length(text) "
+        f"FROM {TURNS} WHERE tenant_id = %s AND id = ANY(%s)",
+        [tenant.pk, list(turn_ids)],
+    )
+    return {
+        int(pk): TurnRow(
+            pk, episode_id, seq, public_id, role, text, occurred_at, metadata or {}, language, chars
+        )
+        for pk, episode_id, seq, public_id, role, text, occurred_at, metadata, language, chars in rows
+    }
 
 
 def turn_similarities(

@@ -167,9 +167,17 @@ def build_server(caller: Callable[[Context], Caller]) -> MCPServer:
         max_tokens: Annotated[
             int, Field(ge=50, le=200_000, description="Budget for the whole answer.")
         ] = 2000,
-    ) -> dict[str, Any]:
-        """Prompt-ready context within a token budget: pinned memories, the current conversation's
-        latest turns, and the memories most relevant to the query, each with its id."""
+        ids: Annotated[
+            bool,
+            Field(
+                description="Also name each memory by its id and score in the text (to `unpack` or "
+                "`forget` one); they count against the budget."
+            ),
+        ] = False,
+    ) -> str:
+        """Prompt-ready context within a token budget, as text: pinned memories, the current
+        conversation's latest turns, and the turns most relevant to the query, whatever their age,
+        each memory under its date."""
         body = _clean(
             {
                 "query": query,
@@ -179,7 +187,7 @@ def build_server(caller: Callable[[Context], Caller]) -> MCPServer:
                 "max_tokens": max_tokens,
             }
         )
-        return await _api(caller(ctx), "POST", "/context", body)
+        return str((await _api(caller(ctx), "POST", "/context", {**body, "ids": ids}))["text"])
 
     @server.tool(annotations=ToolAnnotations(title="Forget", destructive_hint=True, idempotent_hint=True))
     async def forget(ctx: Context, memory_id: MemoryId) -> dict[str, Any]:

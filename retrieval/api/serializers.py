@@ -42,33 +42,33 @@ class SearchInSerializer(StrictSerializer, ScopeFilters):
         choices=["shallow", "deep"],
         required=False,
         default="shallow",
-        help_text="shallow: each hot hit in a snippet (its best matched turns with their neighbours), each "
-        "packed one in its packed shape with its matched turns; deep: every hit whole",
+        help_text="shallow: each hit shows the turns chosen for the question within `max_tokens` (a "
+        "packed one beside its packed shape); deep: every hit whole",
     )
     view = serializers.ChoiceField(
         choices=["compact", "full"],
         required=False,
         default="compact",
-        help_text="compact: each hit as its text (a hot hit's snippet as `role: text` lines, a packed "
-        "one's key points or headline and its matched turns) with its id, layer, score, date and "
+        help_text="compact: each hit as its text (its chosen turns as `role: text` lines, after a packed "
+        "one's key points or headline) with its id, layer, score, date and "
         "turn count; full: each hit in its layer's shape with every field (title, scope, entities, "
         "decisions, turns with their ids and metadata)",
     )
-    snippet_turns = serializers.IntegerField(
-        required=False, min_value=1, max_value=20, help_text="matched turns a snippet shows (default 2)"
+    max_tokens = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=100_000,
+        help_text="tokens (about four characters each) of turns the answer shows across its hits, "
+        "chosen by each turn's own relevance: every hit shows its best turn first, then the best "
+        "turns of any hit while they fit; a packed hit's key points or headline count too "
+        "(default 650; `depth=deep` shows every hit whole)",
     )
     snippet_neighbours = serializers.IntegerField(
         required=False,
         min_value=0,
         max_value=10,
-        help_text="turns a snippet shows on either side of each matched turn (default 1)",
-    )
-    snippet_neighbour_hits = serializers.IntegerField(
-        required=False,
-        min_value=0,
-        max_value=100,
-        help_text="how many of the first hits show neighbours; the others show their matched turns "
-        "alone (default 2)",
+        help_text="how far on either side of a matched turn its neighbours are put forward for "
+        "showing (default 1)",
     )
     include_dormant = serializers.BooleanField(
         required=False,
@@ -114,6 +114,11 @@ class ContextInSerializer(StrictSerializer, ScopeFilters):
     limit = serializers.IntegerField(required=False, min_value=1, max_value=50, default=10)
     min_score = serializers.FloatField(
         required=False, min_value=-1.0, max_value=1.0, help_text="relevant memories only: " + MIN_SCORE_HELP
+    )
+    ids = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="the text names each memory by its id (and a relevant one's score), within the budget",
     )
 
 

@@ -14,7 +14,6 @@ from episodes import public_ids, selectors
 from episodes.api.serializers import filter_scope
 from episodes.api.views import named, named_all, not_found
 from episodes.services import EpisodeNotFound
-from episodes.shapes import Snippet
 from lifecycle import services as lifecycle_services
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict
@@ -22,6 +21,7 @@ from memory_platform.tenancy.models import Tenant
 
 from .. import services, usage
 from ..context import context
+from ..evidence import Budget
 from ..query import ACTIVE_ONLY, DEFAULT_SCOPE, SearchQuery
 from ..unpack import unpack
 from . import serializers as s
@@ -102,7 +102,7 @@ class SearchView(TenantAPIView):
             hops=d.get("hops"),
         )
         check_min_score(self.tenant, query.min_score, query.vector)
-        default = Snippet.default()
+        default = Budget.default()
         now = timezone.now()
         # The accesses are queued and written in the background, many searches per statement.
         body = services.search_shaped(
@@ -111,10 +111,9 @@ class SearchView(TenantAPIView):
             now=now,
             may_unpack=self.api_key.has_scope("write"),
             found=lambda ids, traversed: usage.recorder.add(self.tenant.id, ids, now, traversed),
-            snippet=Snippet(
-                turns=d.get("snippet_turns", default.turns),
+            budget=Budget(
+                tokens=d.get("max_tokens", default.tokens),
                 neighbours=d.get("snippet_neighbours", default.neighbours),
-                neighbour_hits=d.get("snippet_neighbour_hits", default.neighbour_hits),
             ),
         )
         return Response(body)
@@ -169,6 +168,7 @@ class ContextView(TenantAPIView):
                 agent_id=d.get("agent_id") or None,
                 limit=d["limit"],
                 min_score=d.get("min_score"),
+                ids=d["ids"],
             )
         )
 

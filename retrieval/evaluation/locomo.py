@@ -28,11 +28,12 @@ from lifecycle.models import TickRun
 from lifecycle.services import turns_ingest
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
+from retrieval.context import context
 from retrieval.query import SearchQuery
 from retrieval.ranking import RetrievalWeights
 from retrieval.services import hit_bodies, search
 
-from .metrics import Report, count_tokens, score_episodes, score_ranking
+from .metrics import CONTEXT_BUDGETS, Read, Report, count_tokens, score_episodes, score_ranking
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"
@@ -144,7 +145,7 @@ def evaluate_conversation(
         episode_turns[episode_id].add(turn_id)
         layer_of_turn[turn_id] = layer
     text_of = dict(Turn.objects.filter(tenant=tenant).values_list("pk", "text"))
-    answers: list[tuple[list[dict[str, Any]], set[int]]] = []
+    answers: list[tuple[str, list[dict[str, Any]], dict[int, str], set[int]]] = []
     for question in conversation.questions:
         evidence = {
             dia_to_turn[d] for d in normalise_evidence(question.get("evidence", [])) if d in dia_to_turn
@@ -169,12 +170,41 @@ def evaluate_conversation(
             score_ranking(items, evidence),
             score_episodes([episode_turns[h.episode.pk] for h in result.hits], evidence),
         )
-        # As the API answers by default (view=compact).
-        answers.append((hit_bodies(tenant, result.hits[:10], deep=False, view="compact"), evidence))
+        # As the API answers by default (view=compact), and what /context writes for the question
+        # (the user the conversation belongs to; no session: a new one asking about the past).
+        contexts = {
+            budget: context(
+                tenant=tenant,
+                session_id=None,
+                query_text=question["question"],
+                max_tokens=budget,
+                now=now,
+                user_id=conversation.speakers[0],
+                record=False,
+            )["text"]
+            for budget in CONTEXT_BUDGETS
+        }
+        bodies = hit_bodies(tenant, result.hits[:10], deep=False, view="compact", vector=result.query_vector)
+        answers.append((group(conversation, question), bodies, contexts, evidence))
     # Counted after the searches: the tokenizer's threads would take the cores from the next one.
-    for results, wanted in answers:
-        report.tokens_at_10.append(count_tokens(results))
-        report.shown_at_10.append(any(text_of[t] in hit["text"] for hit in results for t in wanted))
+    for category, results, contexts, wanted in answers:
+        texts = [text_of[t] for t in wanted]
+
+        def shown(k: int, results: list[dict[str, Any]] = results, texts: list[str] = texts) -> bool:
+            return any(text in hit["text"] for hit in results[:k] for text in texts)
+
+        report.reads.append(
+            Read(
+                category=category,
+                shown5=shown(5),
+                shown10=shown(10),
+                tokens10=count_tokens(results),
+                context={
+                    budget: (any(text in written for text in texts), count_tokens(written))
+                    for budget, written in contexts.items()
+                },
+            )
+        )
 
 
 def run(

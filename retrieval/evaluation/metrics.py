@@ -9,9 +9,12 @@ Two views of the same ranked answer:
   like between an all-hot and an aged run, where the turn view lets a packed episode count all of
   its turns at once.
 
-Tokens returned are counted on the answer's JSON (the ``results`` of ``POST /search`` at limit 10,
-as an agent would put them in its prompt) with the WordPiece tokenizer of the local embedding
-model (all-MiniLM-L6-v2's, uncased BERT vocabulary), untruncated.
+And what the agent reads (``Read``): whether an evidence turn's text is among the turns the
+default answer shows (shown@5, shown@10: the first 5 or 10 results of ``POST /search`` at limit 10,
+``view=compact``), and in the text ``POST /context`` writes at 500 and 1,000 tokens. Tokens are
+counted on the answer's JSON (the ``results``, as an agent would put them in its prompt) and on the
+context's text, with the WordPiece tokenizer of the local embedding model (all-MiniLM-L6-v2's,
+uncased BERT vocabulary), untruncated.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import numpy as np
 TURN_METRICS = ("recall5", "recall10", "share5", "share10", "mrr", "ndcg10")
 EPISODE_METRICS = ("recall3", "recall5", "recall10", "mrr")
 TOKENIZER = "WordPiece of all-MiniLM-L6-v2 (uncased BERT vocabulary)"
+#: The budgets ``evaluate`` asks ``/context`` for.
+CONTEXT_BUDGETS = (500, 1000)
 
 
 def score_ranking(items: list[set[int]], evidence: set[int]) -> dict[str, float]:
@@ -100,10 +105,44 @@ def _tokenizer() -> Any:
     return tokenizer
 
 
-def count_tokens(results: list[dict[str, Any]]) -> int:
-    """Tokens of an answer's results as JSON (``TOKENIZER``)."""
-    text = json.dumps(results, ensure_ascii=False, default=str)
+def count_tokens(results: list[dict[str, Any]] | str) -> int:
+    """Tokens of an answer's results as JSON, or of a text (``TOKENIZER``)."""
+    text = results if isinstance(results, str) else json.dumps(results, ensure_ascii=False, default=str)
     return len(_tokenizer().encode(text, add_special_tokens=False).ids)
+
+
+@dataclass
+class Read:
+    """What one question's answers showed the agent: whether an evidence turn's text was among the
+    first 5 and 10 search results and in the context at each budget, and the tokens each took."""
+
+    category: str
+    shown5: bool
+    shown10: bool
+    tokens10: int
+    context: dict[int, tuple[bool, int]]  # budget -> (evidence in the text, tokens of the text)
+
+
+def _percentiles(values: list[int]) -> dict[str, int]:
+    array = np.array(values or [0])
+    return {"median": int(np.percentile(array, 50)), "p95": int(np.percentile(array, 95))}
+
+
+def read_means(reads: list[Read]) -> dict[str, Any]:
+    """The shares and tokens of ``reads`` (one group of questions)."""
+    if not reads:
+        return {"n": 0}
+    out: dict[str, Any] = {
+        "n": len(reads),
+        "shown5": round(float(np.mean([r.shown5 for r in reads])), 3),
+        "shown10": round(float(np.mean([r.shown10 for r in reads])), 3),
+        "tokens10": _percentiles([r.tokens10 for r in reads]),
+    }
+    for budget in sorted({b for r in reads for b in r.context}):
+        held = [r.context[budget] for r in reads if budget in r.context]
+        out[f"context{budget}"] = round(float(np.mean([h for h, _ in held])), 3)
+        out[f"context{budget}_tokens"] = _percentiles([t for _, t in held])
+    return out
 
 
 @dataclass
@@ -112,9 +151,8 @@ class Report:
     episodes: dict[str, Means] = field(default_factory=lambda: defaultdict(lambda: Means(EPISODE_METRICS)))
     per_layer: dict[str, Means] = field(default_factory=lambda: defaultdict(lambda: Means(TURN_METRICS)))
     latencies_ms: list[float] = field(default_factory=list)
-    tokens_at_10: list[int] = field(default_factory=list)
-    #: Per question: whether the text of an evidence turn is among what the first 10 results show.
-    shown_at_10: list[bool] = field(default_factory=list)
+    #: Per question: what the answers showed the agent (``Read``).
+    reads: list[Read] = field(default_factory=list)
     skipped: int = 0
     conversations: int = 0
     turn_count: int = 0
@@ -131,7 +169,8 @@ class Report:
         for means in self.episodes.values():
             overall_episodes.merge(means)
         lat = np.array(self.latencies_ms or [0.0])
-        tokens = np.array(self.tokens_at_10 or [0])
+        tokens = np.array([r.tokens10 for r in self.reads] or [0])
+        categories = sorted({r.category for r in self.reads})
         return {
             "conversations": self.conversations,
             "turns": self.turn_count,
@@ -153,7 +192,13 @@ class Report:
                 "p95": int(np.percentile(tokens, 95)),
                 "tokenizer": TOKENIZER,
             },
-            "evidence_shown_at_10": round(float(np.mean(self.shown_at_10)), 3) if self.shown_at_10 else 0.0,
+            "evidence_shown_at_10": read_means(self.reads).get("shown10", 0.0),
+            "read": {
+                "per_category": {
+                    c: read_means([r for r in self.reads if r.category == c]) for c in categories
+                },
+                "overall": read_means(self.reads),
+            },
         }
 
 
@@ -192,10 +237,38 @@ def format_report(result: dict[str, Any], title: str) -> str:
         f"({tokens['tokenizer']}, on the results' JSON); an evidence turn's text among them: "
         f"{result['evidence_shown_at_10']:.3f} of questions"
     )
+    lines.extend(format_read(result))
     ticked = scheduler_note(result)
     if ticked:
         lines.append(ticked)
     return "\n".join(lines)
+
+
+def format_read(result: dict[str, Any]) -> list[str]:
+    """What the agent read: the evidence among the shown turns and in the context, with tokens."""
+    read = result.get("read")
+    if not read or not read["overall"].get("n"):
+        return []
+    budgets = sorted(int(k[7:]) for k in read["overall"] if k.startswith("context") and k[7:].isdigit())
+    header = f"{'':<22}{'n':>5}{'shown@5':>9}{'shown@10':>10}{'tokens':>13}"
+    header += "".join(f"{f'ctx@{b}':>10}{'tokens':>13}" for b in budgets)
+    lines = ["what the agent reads (an evidence turn's text in the answer; tokens median/p95):", header]
+
+    def row(name: str, s: dict[str, Any]) -> str:
+        if not s.get("n"):
+            return f"{name:<22}{0:>5}"
+        tokens = s["tokens10"]
+        line = f"{name:<22}{s['n']:>5}{s['shown5']:>9.3f}{s['shown10']:>10.3f}"
+        line += f"{tokens['median']:>7}/{tokens['p95']:<5}"
+        for b in budgets:
+            t = s[f"context{b}_tokens"]
+            line += f"{s[f'context{b}']:>10.3f}{t['median']:>7}/{t['p95']:<5}"
+        return line
+
+    for name, s in read["per_category"].items():
+        lines.append(row(name, s))
+    lines.append(row("overall (1-4)", read["overall"]))
+    return lines
 
 
 def scheduler_note(result: dict[str, Any]) -> str:
@@ -222,5 +295,11 @@ def format_drop(all_hot: dict[str, Any], aged: dict[str, Any]) -> str:
         f"aged - all hot: episode R@10 {delta(e0['recall10'], e1['recall10'])}, "
         f"episode MRR {delta(e0['mrr'], e1['mrr'])}; turn R@10 {delta(t0['recall10'], t1['recall10'])}, "
         f"turn MRR {delta(t0['mrr'], t1['mrr'])}; median tokens at 10 "
-        f"{all_hot['tokens_at_10']['median']} -> {aged['tokens_at_10']['median']}"
+        f"{all_hot['tokens_at_10']['median']} -> {aged['tokens_at_10']['median']}; "
+        f"shown@10 {delta(all_hot['evidence_shown_at_10'], aged['evidence_shown_at_10'])}"
+        + "".join(
+            f"; context@{b} {delta(all_hot['read']['overall'][f'context{b}'], aged['read']['overall'][f'context{b}'])}"
+            for b in CONTEXT_BUDGETS
+            if f"context{b}" in all_hot.get("read", {}).get("overall", {})
+        )
     )

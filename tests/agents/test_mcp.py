@@ -56,6 +56,12 @@ def answer(result) -> dict:
     return result.structured_content
 
 
+def text(result) -> str:
+    """A tool's answer that is text (``context``)."""
+    assert not result.is_error, result.content[0].text
+    return result.content[0].text
+
+
 def error(result) -> str:
     assert result.is_error
     return result.content[0].text
@@ -90,12 +96,20 @@ async def remember_then_recall(client: Client, outsider: Client) -> None:
     found = answer(await client.call_tool("recall", {"query": "ferry Hydra", "user_id": "rosa"}))
     assert found["results"][0]["episode_id"] == memory_id
     assert "ferry to Hydra for the ninth of June" in found["results"][0]["text"]
-    context = answer(await client.call_tool("context", {"query": "ferry", "user_id": "rosa"}))
-    assert "Hydra" in context["text"]
+    context = text(await client.call_tool("context", {"query": "ferry", "user_id": "rosa"}))
+    assert "Hydra" in context and memory_id not in context
+    named = text(await client.call_tool("context", {"query": "ferry", "user_id": "rosa", "ids": True}))
+    assert "Hydra" in named and memory_id in named
+    # The answer is the context's text within its budget (about four characters a token), no JSON.
+    for budget in (60, 300):
+        small = text(
+            await client.call_tool("context", {"query": "ferry", "user_id": "rosa", "max_tokens": budget})
+        )
+        assert 0 < len(small) <= 4 * budget and not small.lstrip().startswith("{")
 
     # Another tenant's key: nothing found, nothing reachable by id.
     assert answer(await outsider.call_tool("recall", {"query": "ferry Hydra"}))["results"] == []
-    assert "Hydra" not in answer(await outsider.call_tool("context", {"query": "ferry"}))["text"]
+    assert "Hydra" not in text(await outsider.call_tool("context", {"query": "ferry"}))
     for tool in ("unpack", "forget"):
         assert "404" in error(await outsider.call_tool(tool, {"memory_id": memory_id}))
     assert answer(await client.call_tool("recall", {"query": "ferry Hydra"}))["results"]  # still there
