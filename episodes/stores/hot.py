@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 import redis
 from redis.commands.search.index_definition import IndexDefinition, IndexType
-from redisvl.query import BaseQuery, CountQuery, FilterQuery, TextQuery, VectorQuery
+from redisvl.query import BaseQuery, CountQuery, FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Num, Tag
 from redisvl.schema import IndexSchema
+from redisvl.utils.token_escaper import TokenEscaper
 
 from memory_platform.conf import memory_settings
 from memory_platform.redis_client import get_redis, info_field, refusing_writes
@@ -61,6 +62,7 @@ class Feedback:
 
 
 _RETURN_FIELDS = ["episode", "turn_id"]
+_ESCAPER = TokenEscaper()
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:
@@ -89,6 +91,20 @@ def _vector_query(
         dtype="float32",
         hybrid_policy=policy,
     )
+
+
+def _words_query(
+    words: tuple[str, ...], expr: FilterExpression, k: int, analysed_in: str, *, every: bool
+) -> FilterQuery:
+    """BM25 over the documents in ``expr`` holding ``every`` word, or any of them. The words are
+    ``language.query_terms``'s, so neither query is longer than its caps (docs/decisions/0037)."""
+    escaped = (_ESCAPER.escape(word) for word in words)
+    query = FilterQuery(
+        filter_expression=f"@text:({(' ' if every else ' | ').join(escaped)}) {expr}",
+        return_fields=_RETURN_FIELDS,
+        num_results=k,
+    )
+    return query.scorer(TEXT_SCORER).with_scores().language(analysed_in)
 
 
 class HotStore:
@@ -325,30 +341,38 @@ class HotStore:
     def text_search(
         self, tenant_hex: str, *, text: str, scope: Scope, k: int, doctype: str = keys.DOC_TURN
     ) -> list[HotHit]:
-        """BM25 over the tenant's hot documents, best first.
+        """BM25 over the tenant's hot documents, best first; those holding every word of the query
+        before those holding fewer (as ``archive.text_search`` ranks Postgres's matches).
 
-        redisvl builds the query; it is sent as a plain FT.SEARCH and only the fields used are
-        read from the reply (redisvl's own result processing costs more than Redis takes to
-        answer)."""
-        # Stopwords are dropped here, once (redisvl would send "@text:()", a syntax error, when
-        # a query holds nothing else; and RediSearch 8.2 crashes on some unions of stopwords).
+        A second query finds the documents holding every word; the BM25 of the query's words
+        ranks each group. Why: inside the scope's filter RediSearch 2.10 credits a union with one
+        of its words, not with all a document holds, so "новая шина" scored a turn with both words
+        as one with "новую" alone; and it credits an intersection's words unevenly, by the order it
+        reads the documents in, which changes when Redis restarts (docs/decisions/0041). Both are
+        pipelined in one round trip; only the fields used are read from the replies (redisvl's own
+        result processing costs more than Redis takes to answer)."""
+        # Stopwords are dropped here, once (a query of stopwords alone would be "@text:()", a
+        # syntax error; and RediSearch 8.2 crashes on some unions of stopwords).
         # Each document is analysed in its own language (its `language` field); the query in the
         # language it is written in (Chinese segmented here, as the documents were).
-        words = " ".join(language.query_terms(text).words)
+        words = language.query_terms(text).words
         if not words:
             return []
         index = self.ensure_index(tenant_hex)
-        query = TextQuery(
-            text=words,
-            text_field_name="text",
-            filter_expression=self._filter(tenant_hex, doctype, scope),
-            num_results=k,
-            return_fields=_RETURN_FIELDS,
-            stopwords=None,
-            text_scorer=TEXT_SCORER,
-        )
-        query.language(language.REDISEARCH[language.query_language(text)])
-        return hot_replies.hits(self._run(index, query, client=self.reader)[0], distance=False)
+        expr = self._filter(tenant_hex, doctype, scope)
+        analysed_in = language.REDISEARCH[language.query_language(text)]
+        passes = (False, True) if len(words) > 1 else (False,)
+        queries = [_words_query(words, expr, k, analysed_in, every=every) for every in passes]
+        replies = self._run(index, *queries, client=self.reader)
+        ranked = hot_replies.hits(replies[0], distance=False)
+        if len(replies) == 1:
+            return ranked
+        every = {hit.doc_id: hit for hit in hot_replies.hits(replies[1], distance=False)}
+        found = {hit.doc_id for hit in ranked}
+        # Those holding every word first; any of them below the first k of the union next.
+        first = [hit for hit in ranked if hit.doc_id in every]
+        first += [hit for doc_id, hit in every.items() if doc_id not in found]
+        return (first + [hit for hit in ranked if hit.doc_id not in every])[:k]
 
     def vector_search(
         self,
