@@ -41,7 +41,7 @@ _PATTERNS = [
     re.compile(rf"\b(?:{_MONTHS}) \d{{4}}\b"),
     re.compile(rf"\b\d{{1,2}} (?:{_RU_MONTHS})(?: \d{{4}}(?: г(?:ода|\.)?)?)?(?!\w)"),
     re.compile(r"`([^`\n]{1,80})`"),
-    re.compile(r"\b[A-Z][A-Z0-9]{1,9}s?\b"),  # acronyms: LGBTQ, API, NASA
+    re.compile(r"\b[A-ZА-ЯЁ][A-ZА-ЯЁ0-9]{1,9}s?\b"),  # acronyms: LGBTQ, API, NASA, МТС
     re.compile(r"[\"“«]([^\"”»\n]{2,80})[\"”»]"),
     re.compile(r"\b[a-z]+(?:_[a-z0-9]+)+\b"),  # snake_case
     re.compile(r"\b[a-z]+(?:[A-Z][a-z0-9]+)+\b"),  # camelCase
@@ -210,6 +210,21 @@ _DECISION_CUES = re.compile(
     re.IGNORECASE,
 )
 
+#: Words that say a value has changed or a choice is made: a sentence with one may state a new value
+#: of something an older memory holds (``lifecycle.updates``). Past choices and changes, not plans:
+#: "we will look at flats" updates nothing, "we decided on Arroios" and "the rent is now 1,750" do.
+_CHANGE_CUES = re.compile(
+    r"\b(?:decided|decide on|chose|chosen|settled on|went with|opted for|signed|moved|relocated|"
+    r"now|nowadays|these days|switched|changed|swapped|replaced|upgraded|downgraded|cancell?ed|quit|sold|bought|"
+    r"no longer|not any ?more|anymore|instead|went up|went down|raised|increased|(?:my|our|a) new)\b"
+    r"|(?:решил|решени|выбрал|остановились на|подписал|переех|перееза|теперь|сейчас|больше не|уже не|"
+    r"перешл|перешёл|перешел|сменил|поменял|заменил|вместо|отказал|подорожал|подешевел|повысил|продал|купил|"
+    r"нов(?:ый|ая|ую|ое|ого|ой) )"
+    r"|(?:决定|选了|选定|签了|签约|签下|搬到|搬去|搬家|现在|如今|目前|换成|换了|改成|改为|改用|不再|"
+    r"已经不|涨到|涨价|降到|降价|新的|辞职|跳槽|卖了|买了)",
+    re.IGNORECASE,
+)
+
 # --- sentences -----------------------------------------------------------------------------------
 
 #: Words that end in a full stop without ending a sentence (lower-cased, without their last dot).
@@ -352,3 +367,9 @@ def extract_entities(text: str, limit: int = 60) -> list[str]:
 def extract_decisions(text: str, limit: int = 20) -> list[str]:
     # Verbatim: a decision keeps its punctuation (seed 003 F3).
     return _unique((s for s in split_sentences(text) if _DECISION_CUES.search(s)), strip=" \t\n")[:limit]
+
+
+def extract_changes(text: str, limit: int = 20) -> list[str]:
+    """The sentences of ``text`` that say a value changed or a choice was made (``_CHANGE_CUES``),
+    verbatim: what may make an older memory of the same subject out of date."""
+    return _unique((s for s in split_sentences(text) if _CHANGE_CUES.search(s)), strip=" \t\n")[:limit]

@@ -93,6 +93,10 @@ class LinkKind(models.TextChoices):
     RELATED = "related"
     REFERENCES = "references"
     MERGED_INTO = "merged_into"
+    #: From a newer memory to an older one of the same owner whose value it replaces ("we decided on
+    #: Arroios" to "leaning towards Alfama"): the older one stays whole and ranks below it
+    #: (docs/decisions/0044-updates-above-what-they-replace.md).
+    SUPERSEDES = "supersedes"
 
 
 class EpisodeQuerySet(TenantQuerySet):

@@ -10,7 +10,7 @@ from django.db.models import Count, Q, QuerySet
 from memory_platform.tenancy.models import Tenant
 
 from . import public_ids, shapes
-from .models import Episode, Link, State
+from .models import Episode, Link, LinkKind, State
 from .scope import Scope
 
 #: States whose links count for an episode's degree (a forgotten neighbour's link does not).
@@ -106,6 +106,20 @@ def links_of(tenant: Tenant, episode_id: int) -> dict[str, list[dict[str, Any]]]
         "out": [{"episode_id": d, "kind": k} for d, k in out_links],
         "in": [{"episode_id": s, "kind": k} for s, k in in_links],
     }
+
+
+def superseded_by(tenant: Tenant, episode_ids: Iterable[int]) -> dict[int, str]:
+    """Per episode that a visible newer one supersedes (``LinkKind.SUPERSEDES``), the public id of
+    the newest that does; episodes nothing supersedes are absent. One statement, through the
+    index link_tenant_dst."""
+    links = (
+        Link.objects.for_tenant(tenant)
+        .filter(kind=LinkKind.SUPERSEDES, dst_id__in=list(episode_ids))
+        .exclude(src__state=State.FORGOTTEN)
+        .order_by("dst_id", "src__last_occurred_at", "src_id")
+        .values_list("dst_id", "src__public_id")
+    )
+    return dict(links)  # the newest last: it wins
 
 
 def episode_detail(*, tenant: Tenant, episode: Episode, deep: bool = False) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from .quota import PinnedCapExceeded, make_room, pin_check
 from .rollback import RollbackError, rollback_journal_entry
 from .selectors import segmentation_rules
 from .tick import STEPS, TickBusy, TickInterrupted, tick_preview, tick_run
+from .updates import Written, updates_after_write, written_of
 
 __all__ = [
     "STEPS",
@@ -95,6 +96,7 @@ def turns_ingest(
         asynchronous=asynchronous,
     )
     counters.add(tenant.pk, "turns_ingested", len(turns))
+    updates_after_write(tenant=tenant, written=written_of(turns, result, now), now=now, actor="ingest")
     return result
 
 
@@ -134,6 +136,8 @@ def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Epis
             make_room=lambda ids: make_room(tenant=tenant, now=now, arriving=ids),
         )
     counters.add(tenant.pk, "memories_created")
+    written = Written(episode.pk, memory.text, episode.last_occurred_at)
+    updates_after_write(tenant=tenant, written=[written], now=now, actor="api")
     return episode
 
 

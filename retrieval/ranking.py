@@ -8,7 +8,8 @@ policy weight) is in [0, 1]: relevance stays first, and the priority moves a hit
 ``share`` of itself. The state weight (``STATE_WEIGHTS``) ranks a dormant episode or a delete
 candidate below an active one as relevant, without hiding it. When the query names a time
 (``retrieval.when``), the episodes of that time are lifted by up to ``time`` of their score
-(``time_factor``).
+(``time_factor``). A candidate that another candidate supersedes (a newer memory that states a
+new value of what it says) ranks right below it (``superseders_first``).
 
 Ranking reads a few columns of each candidate, and only of those that can still reach the top.
 """
@@ -241,7 +242,23 @@ def rank_candidates(
         read = rows.rank_rows(tenant, order[position:end], mentioned=bool(when))
         ranked.update((row.pk, row) for row in read)
         position = end
-    return ranked
+    return with_superseders(tenant, ranked, relevance, when)
+
+
+def with_superseders(
+    tenant: Tenant, ranked: dict[int, rows.RankRow], relevance: dict[int, float], when: Sequence[Window]
+) -> dict[int, rows.RankRow]:
+    """``ranked`` and the candidates that supersede one of them: whatever its relevance, a
+    superseder ranks above what it supersedes (``superseders_first``), so it must be read."""
+    tried: set[int] = set()
+    while True:
+        missing = {
+            pk for row in ranked.values() for pk in row.superseded_by if pk in relevance and pk not in ranked
+        } - tried
+        if not missing:
+            return ranked
+        tried |= missing
+        ranked.update((row.pk, row) for row in rows.rank_rows(tenant, sorted(missing), mentioned=bool(when)))
 
 
 def rerank(
@@ -270,5 +287,32 @@ def rerank(
         if when:
             parts["time"] = timed
         out.append((episode_id, score, parts))
+    out = superseders_first(out, ranked)
     out.sort(key=lambda x: -x[1])
     return out
+
+
+#: How far above what it supersedes a superseder is placed: just above, as a tie broken its way.
+SUPERSEDER_MARGIN = 1.0001
+
+
+def superseders_first(
+    scored: list[tuple[int, float, dict[str, float]]], ranked: dict[int, rows.RankRow]
+) -> list[tuple[int, float, dict[str, float]]]:
+    """Each candidate that supersedes another candidate (a newer memory of the same owner that
+    states a new value of what the older one says: ``lifecycle.updates``) scored just above it when
+    it scored below. Only the superseder moves, into the older memory's place: the older one drops
+    by one, so a question about the past still finds it right below, and no other candidate moves
+    relative to the rest. Superseders are placed oldest first, so a chain of updates ends newest on
+    top (docs/decisions/0044-updates-above-what-they-replace.md)."""
+    score = {pk: value for pk, value, _ in scored}
+    parts = {pk: p for pk, _, p in scored}
+    pairs = [(newer, row.pk) for row in ranked.values() for newer in row.superseded_by if newer in score]
+    # A superseder's last turn is later than anything it supersedes: by that order, every lift of
+    # an episode is made before another is placed above it.
+    for newer, older in sorted(pairs, key=lambda pair: (ranked[pair[0]].last_occurred_at, pair)):
+        lifted = score[older] * SUPERSEDER_MARGIN
+        if score[newer] < lifted:
+            parts[newer]["supersedes"] = lifted / score[newer] if score[newer] else 0.0
+            score[newer] = lifted
+    return [(pk, score[pk], parts[pk]) for pk, _, _ in scored]

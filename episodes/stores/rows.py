@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from django.db import connection, transaction
 
+from episodes.language import TEXT_CONFIG, index_text
 from episodes.models import Episode, LinkKind, State
 from memory_platform import db
 from memory_platform.tenancy.models import Tenant
@@ -36,6 +37,9 @@ class RankRow(NamedTuple):
     created_at: datetime
     first_occurred_at: datetime
     last_occurred_at: datetime
+    #: The episodes that supersede it (``LinkKind.SUPERSEDES``): newer ones of its owner that
+    #: state a new value of what it says.
+    superseded_by: Sequence[int] = ()
     #: The days its turns mention (``Episode.mentioned``), read only when the query names a time.
     mentioned: Sequence[str] = ()
 
@@ -77,6 +81,10 @@ def hit_episodes(tenant: Tenant, episode_ids: Sequence[int]) -> dict[int, Episod
     return {e.pk: e for e in (Episode.from_db(connection.alias, names, row) for row in rows)}
 
 
+#: The episodes that supersede ``e``, through the index link_tenant_dst (a few rows, mostly none).
+_SUPERSEDERS = f"ARRAY(SELECT l.src_id FROM {LINKS} l WHERE l.tenant_id = e.tenant_id AND l.dst_id = e.id AND l.kind = %s)"
+
+
 def rank_rows(tenant: Tenant, episode_ids: Sequence[int], *, mentioned: bool = False) -> list[RankRow]:
     """What ranking reads of each of the tenant's visible candidates, in one statement; the days
     their turns mention with ``mentioned`` (a query that names a time)."""
@@ -84,10 +92,10 @@ def rank_rows(tenant: Tenant, episode_ids: Sequence[int], *, mentioned: bool = F
         return []
     rows = db.fetch(
         "SELECT id, layer, state, anchor, access_count, last_accessed_at, created_at, first_occurred_at, "
-        f"last_occurred_at{', mentioned' if mentioned else ''} "
-        f"FROM {EPISODES} "
+        f"last_occurred_at, {_SUPERSEDERS}{', mentioned' if mentioned else ''} "
+        f"FROM {EPISODES} e "
         "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
-        [tenant.pk, list(episode_ids), State.FORGOTTEN.value],
+        [LinkKind.SUPERSEDES.value, tenant.pk, list(episode_ids), State.FORGOTTEN.value],
     )
     return [RankRow(*row) for row in rows]
 
@@ -319,3 +327,35 @@ def one_hop(
         if hop.via == "entity":
             holders[(hop.seed, hop.name)] = holders.get((hop.seed, hop.name), 0) + 1
     return [h for h in found if h.via == "link" or holders[(h.seed, h.name)] <= rare]
+
+
+def name_holders(
+    tenant: Tenant, owner: Mapping[str, str], names: Sequence[str], limit: int
+) -> dict[str, list[tuple[int, datetime]]]:
+    """Per name, up to ``limit`` of the owner's visible episodes (``owner``: user_id and agent_id)
+    that hold it among their entities or its words in their text as full text reads them (so
+    "Сбербанке" finds "Сбербанка"), with their last turn's time. Each name is looked up through the
+    GIN indexes episode_entities and episode_search_vector with that limit, so a name many episodes
+    hold costs ``limit`` rows."""
+    if not names:
+        return {}
+    rows = db.fetch(
+        "SELECT x.name, h.id, h.last_occurred_at FROM unnest(%s::text[], %s::text[]) AS x(name, words), "
+        f"LATERAL (SELECT e.id, e.last_occurred_at FROM {EPISODES} e WHERE e.tenant_id = %s "
+        f"AND (e.entities @> ARRAY[x.name]::varchar[] OR e.search_vector @@ plainto_tsquery('{TEXT_CONFIG}', x.words)) "
+        "AND e.user_id = %s "
+        "AND e.agent_id = %s AND e.state <> %s LIMIT %s) h",
+        [
+            list(names),
+            [index_text(name) for name in names],
+            tenant.pk,
+            owner["user_id"],
+            owner["agent_id"],
+            State.FORGOTTEN.value,
+            limit,
+        ],
+    )
+    out: dict[str, list[tuple[int, datetime]]] = {}
+    for name, episode_id, last in rows:
+        out.setdefault(str(name), []).append((int(episode_id), last))
+    return out
