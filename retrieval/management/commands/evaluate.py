@@ -38,11 +38,14 @@ class Command(BaseCommand):
         "observation/summary fields are never indexed. `evaluate multilingual [PATH]`: the project's own Chinese "
         "and Russian set (retrieval/evaluation/data/multilingual.json by default), every question on the "
         "full-text lists alone and on the fused ranking, Recall@5/@10 and MRR per language and per match kind. "
+        "`evaluate updates [PATH]`: the project's set of facts that change between sessions "
+        "(retrieval/evaluation/data/updates.json by default): how often the newer memory ranks above the ones "
+        "it replaces, with the supersedes links ingest made and without them. "
         "`--embedder` gives the evaluation's tenants another embedder than MEMORY_EMBEDDER's."
     )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("dataset", choices=["locomo", "multilingual"])
+        parser.add_argument("dataset", choices=["locomo", "multilingual", "updates"])
         parser.add_argument("path", type=Path, nargs="?", default=None)
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--keep", action="store_true", help="keep the evaluation tenants")
@@ -67,13 +70,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
         from memory_platform.management.ready import require_migrated
-        from retrieval.evaluation import multilingual
+        from retrieval.evaluation import multilingual, updates
 
         require_migrated()
         if opts["path"] is None:
             if opts["dataset"] == "locomo":
                 raise CommandError("evaluate locomo takes the dataset's path")
-            opts["path"] = multilingual.DATA
+            opts["path"] = {"multilingual": multilingual, "updates": updates}[opts["dataset"]].DATA
         if not opts["path"].exists():
             raise CommandError(f"no such file: {opts['path']}")
         with embedder_of_new_tenants(opts["embedder"]) as embedder:
@@ -81,16 +84,18 @@ class Command(BaseCommand):
             self._evaluate(opts)
 
     def _evaluate(self, opts):  # type: ignore[no-untyped-def]
-        from retrieval.evaluation import locomo, multilingual
+        from retrieval.evaluation import locomo, multilingual, updates
 
         log = (lambda m: self.stderr.write(m)) if opts["json"] else (lambda m: self.stdout.write(m))
-        if opts["dataset"] == "multilingual":
+        own_sets = {"multilingual": multilingual, "updates": updates}
+        if opts["dataset"] in own_sets:
+            own = own_sets[opts["dataset"]]
             if opts["age"] or opts["weights"]:
-                raise CommandError("evaluate multilingual takes neither --age nor --weights")
-            found = multilingual.run(
+                raise CommandError(f"evaluate {opts['dataset']} takes neither --age nor --weights")
+            found = own.run(
                 opts["path"], log=log, keep=opts["keep"], limit_conversations=opts["conversations"]
             )
-            self.stdout.write(json.dumps(found) if opts["json"] else multilingual.format_report(found))
+            self.stdout.write(json.dumps(found) if opts["json"] else own.format_report(found))
             return
         weights = None
         if opts["weights"]:
