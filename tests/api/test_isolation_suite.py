@@ -96,12 +96,14 @@ def test_no_tenant_or_user_sees_another(caplog, capsys):
     # (which gave anchor_post 3 on one run): the file alone gives the same counts on every run
     # (activate 71, anchor_post 13). Integers drawn as ids (1, a turn's key sent as an episode's)
     # name whichever episode has that key, so within the whole suite the counts differ (57, 24).
+    # Forget by filter answers ids 70 times alone and 37 times in the whole suite (on one run,
+    # 2026-11-28), hence its floor.
     for where, floor in (
         ("search", 40),
         ("context", 40),
         ("memory list", 40),
         ("activate", 20),
-        ("forget", 40),
+        ("forget", 25),
     ):
         assert suite.non_empty[where] >= floor, (where, suite.non_empty)
     for action in ("get", "get_deep", "unpack", "anchor_post", "anchor_delete"):

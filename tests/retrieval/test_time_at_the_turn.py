@@ -132,3 +132,39 @@ def test_a_month_the_query_names_comes_first_over_one_that_matches_the_words_bet
     assert [episode for episode, _ in timed] == [september, november]  # below, not hidden
     assert timed[0][1]["time"] == pytest.approx(1.5)
     assert timed[1][1]["time"] < 1.05
+
+
+def spans(text, now):
+    return [(w.phrase, w.start.date().isoformat(), w.end.date().isoformat()) for w in when.windows(text, now)]
+
+
+def test_a_querys_relative_phrase_beside_a_named_date_counts_from_that_date():
+    now = datetime(2022, 11, 12, 9, 0, tzinfo=UTC)
+    assert spans("What did Joanna finish last Friday, on 23 January 2022?", now) == [
+        ("last Friday", "2022-01-21", "2022-01-22"),
+        ("23 January 2022", "2022-01-23", "2022-01-24"),
+    ]
+    assert spans("what did she bake recently in May 2022?", now) == [
+        ("recently", "2022-05-01", "2022-05-31"),
+        ("May 2022", "2022-05-01", "2022-06-01"),
+    ]
+    # A date after now does not move "last week" into the future.
+    assert spans("last week, and the launch on 1 December 2022", now)[0] == (
+        "last week",
+        "2022-10-31",
+        "2022-11-07",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a few days ago", ("a few days ago", "2022-11-09", "2022-11-10")),
+        ("a couple of weeks ago", ("a couple of weeks ago", "2022-10-24", "2022-10-31")),
+        ("last weekend", ("last weekend", "2022-11-05", "2022-11-07")),
+        ("next Friday", ("next Friday", "2022-11-18", "2022-11-19")),
+        ("the day before yesterday", ("the day before yesterday", "2022-11-10", "2022-11-11")),
+    ],
+)
+def test_english_relative_phrases_in_a_query_are_read_without_dateparser(text, expected):
+    assert spans(text, datetime(2022, 11, 12, 9, 0, tzinfo=UTC)) == [expected]
