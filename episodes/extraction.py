@@ -1,8 +1,9 @@
-"""Entities, decisions and sentences, extracted offline and deterministically (DESIGN §6), in
-English, Russian and Chinese (issue 17).
+"""Entities, decisions and sentences, extracted offline and deterministically, in English,
+Russian and Chinese (docs/decisions/0027-extraction-in-three-languages.md).
 
 Used at ingest (stored on the episode) and by the summarisers, which keep both lists verbatim in
-the warm shape so nothing named or decided is lost by compression (seed 003 F3).
+the warm shape so nothing named or decided is lost by compression
+(docs/concepts.md#entities-and-decisions).
 
 - Latin and Cyrillic text: patterns (addresses, dates, numbers with units, code, acronyms, quotes)
   and runs of capitalised words. A capitalised word that opens a sentence is a name only when the
@@ -365,7 +366,7 @@ def extract_entities(text: str, limit: int = 60) -> list[str]:
 
 
 def extract_decisions(text: str, limit: int = 20) -> list[str]:
-    # Verbatim: a decision keeps its punctuation (seed 003 F3).
+    # Verbatim: a decision keeps its punctuation (compression keeps decisions word for word).
     return _unique((s for s in split_sentences(text) if _DECISION_CUES.search(s)), strip=" \t\n")[:limit]
 
 

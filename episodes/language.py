@@ -1,5 +1,5 @@
-"""The languages memory is kept in, and how full text reads each (seed 004: BM25 over Chinese and
-English; the seeds themselves are Russian and Chinese).
+"""The languages memory is kept in, and how full text reads each (BM25 over Chinese, Russian and
+English: docs/decisions/0024-languages-in-full-text.md).
 
 A turn's language is the caller's when given, else the tenant policy's when it names one, else
 read off its script (``detect``): Chinese characters, Cyrillic or Latin letters. It decides how the

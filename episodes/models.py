@@ -1,4 +1,5 @@
-"""The system of record: turns (verbatim), episodes (the unit of memory) and links (DESIGN §2)."""
+"""The system of record: turns (verbatim), episodes (the unit of memory) and links
+(docs/concepts.md#episodes-and-turns)."""
 
 from __future__ import annotations
 
@@ -114,11 +115,18 @@ class Episode(models.Model):
     user_id = models.CharField(max_length=200, blank=True, default="")
     agent_id = models.CharField(max_length=200, blank=True, default="")
     session_id = models.CharField(max_length=200, blank=True, default="")
-    kind = models.CharField(max_length=50, default="conversation", help_text="event type (seed 000)")
+    kind = models.CharField(
+        max_length=50,
+        default="conversation",
+        help_text="the event type the episode records; activation returns memories of one kind",
+    )
     title = models.CharField(max_length=200, blank=True, default="")
     layer = models.CharField(max_length=4, choices=Layer.choices, default=Layer.HOT)
     state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
-    anchor = models.BooleanField(default=False, help_text="never decays, never goes cold (seed 003 §4.6)")
+    anchor = models.BooleanField(
+        default=False,
+        help_text="pinned: never decays, never goes cold (docs/concepts.md#anchors-pinned-memories)",
+    )
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
 
@@ -127,7 +135,7 @@ class Episode(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     turn_count = models.PositiveIntegerField(default=0)
 
-    # usage (seed 002, 004)
+    # usage: what the activity score and FSRS read (docs/concepts.md#scores)
     access_count = models.PositiveIntegerField(default=0)
     traverse_count = models.PositiveIntegerField(default=0)
     last_accessed_at = models.DateTimeField()
@@ -136,7 +144,7 @@ class Episode(models.Model):
     difficulty = models.FloatField(null=True, blank=True, help_text="FSRS-6 difficulty D")
     last_review_at = models.DateTimeField(null=True, blank=True)
 
-    # content by layer: entities and decisions are kept verbatim in every layer (seed 003 F3)
+    # content by layer: entities and decisions are kept verbatim in every layer (docs/concepts.md#layers)
     entities = ArrayField(models.CharField(max_length=300), default=list, blank=True)
     decisions = ArrayField(models.TextField(), default=list, blank=True)
     summary = models.TextField(blank=True, default="")
@@ -144,7 +152,9 @@ class Episode(models.Model):
     headline = models.CharField(max_length=200, blank=True, default="")
     keywords = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     mentioned = mentioned_field("the days its turns' relative time phrases point at (their ``mentioned``)")
-    restored_at = models.DateTimeField(null=True, blank=True, help_text="unpacked back to hot (seed 001)")
+    restored_at = models.DateTimeField(
+        null=True, blank=True, help_text="when it was last unpacked back to hot"
+    )
 
     # search
     embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
@@ -170,7 +180,8 @@ class Episode(models.Model):
     )
     packed_chars = models.PositiveIntegerField(default=0)
     version = models.PositiveIntegerField(
-        default=1, help_text="optimistic concurrency (seed 001 halt on touch)"
+        default=1,
+        help_text="bumped by every touch; a layer move writes only at the version it read (halt on touch)",
     )
     forgotten_at = models.DateTimeField(null=True, blank=True)
     state_before_forget = models.CharField(max_length=16, blank=True, default="")

@@ -1,10 +1,10 @@
 """Public ids: what the API calls an episode or a turn, and how it reads one back.
 
-A public id is a ULID: 26 characters of Crockford's base32, 48 bits of milliseconds then 80 random
-bits, made with the row. The row's integer key stays internal: it counts every tenant's writes, so a
-tenant that saw it would see how much the others write (issue 15, finding 8). A public id says when
-its row was made and nothing else; two ids made in the same millisecond are in random order (no
-monotonic counter, which would again count the writes in between).
+A public id is a ULID: 26 characters of Crockford's base32, 48 bits of milliseconds then 80 random bits, made
+with the row. The row's integer key stays internal: it counts every tenant's writes, so a tenant that saw it
+would see how much the others write (docs/decisions/0014-public-ids.md). A public id says when its row was
+made and nothing else; two ids made in the same millisecond are in random order (no monotonic counter, which
+would again count the writes in between).
 
 Transition: a path or a body may still name an episode by its old integer id (``LEGACY``), until API
 v2. Responses show public ids only.

@@ -1,4 +1,4 @@
-"""Which turns belong together: the rules that open a new episode (DESIGN §3)."""
+"""Which turns belong together: the rules that open a new episode (docs/concepts.md#segmentation)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Merge and delete candidates (seed 002): proposed by the tick, decided by an operator.
+"""Merge and delete candidates (docs/concepts.md#candidates-merges-and-deletes): proposed by the tick, decided
+by an operator.
 
 Nothing here merges or deletes by itself. Approving is soft and journaled: a delete forgets the
 episode (restorable for `purge_grace_days`), a merge links the episode `merged_into` the survivor

@@ -1,5 +1,5 @@
 """Line charts as inline SVG, drawn on the server: the console needs no script or CDN, and a chart
-is there in the page the moment it loads (issue 18's tenant dashboard)."""
+is there in the page the moment it loads (the tenant dashboard)."""
 
 from __future__ import annotations
 

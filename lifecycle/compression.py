@@ -1,7 +1,8 @@
-"""Summarisers: hot -> warm -> cold (DESIGN §6, seed 003 §3.3 and F3, seed 001's gradient).
+"""Summarisers: hot -> warm -> cold (docs/concepts.md#layers: the warm shape, its gradient, the cold
+shape).
 
 Entities and decisions always come from ``episodes.extraction`` and are kept verbatim as lists, in
-every summariser, so compression never loses a name, number or decision (seed 003 F3). Only the
+every summariser, so compression never loses a name, number or decision. Only the
 prose (summary, key points, headline, tags) is chosen by the summariser.
 """
 
@@ -31,10 +32,10 @@ TAGS_MAX = 4
 TAG_MAX_CHARS = 100
 # Budgets are in characters as ``width`` counts them (a Chinese character as three).
 MIN_PROSE_BUDGET = 160  # the prose gets about two sentences, whatever else is kept
-COLD_RATIO = 12  # warm -> cold aims at 10-20x (seed 003 NF4)
+COLD_RATIO = 12  # warm -> cold aims at 10-20x: a cold shape says what it was about, little more
 MIN_COLD_CHARS = 28
 MIN_HEADLINE_CHARS = 20
-ENTITY_LIMIT = 1000  # high on purpose: every entity and decision is kept (seed 003 F3)
+ENTITY_LIMIT = 1000  # high on purpose: every entity and decision is kept
 
 _STOPWORD_TEXT = (
     "a an the and or but if then so of to in on at by for with from as is are was were be been being "
@@ -67,7 +68,8 @@ class WarmShape:
         return width(self.summary) + sum(map(width, self.key_points + self.entities + self.decisions))
 
     def with_points(self, n: int) -> WarmShape:
-        """The warm gradient (seed 001): key points are ordered best first, so deepening trims."""
+        """The warm gradient (docs/concepts.md#the-warm-shape): key points are ordered best first, so
+        deepening trims."""
         return dataclasses.replace(self, key_points=self.key_points[: max(0, n)])
 
     def text(self) -> str:
@@ -283,7 +285,7 @@ class ExtractiveSummariser:
         return WarmShape(chosen[0], chosen[1:], entities, decisions)
 
     def cold(self, warm: WarmShape) -> ColdShape:
-        # The cold shape is the "minimal semantic field" (seed 001): a headline and a few tags within
+        # The cold shape is the least that says what the episode was about: a headline and a few tags within
         # about a twelfth of the warm shape, never under a short phrase and a tag or two.
         target = max(MIN_COLD_CHARS, warm.width // COLD_RATIO)
         tags: list[str] = []

@@ -1,5 +1,6 @@
 """The operator console: Django's admin titled "Memory platform", whose home is one row per tenant
-and whose tenant dashboard charts the hourly snapshots (issue 18).
+and whose tenant dashboard charts the hourly snapshots
+(docs/decisions/0028-console-figures-and-preview.md).
 
 Every figure comes from ``lifecycle.stats`` (the same numbers as ``GET /api/v1/stats`` and
 ``GET /metrics``); charts are inline SVG (``lifecycle.charts``). "Run a tick now" queues the tick

@@ -1,4 +1,5 @@
-"""Erasure for good (issue 19, item 3): a tenant's whole memory, or one person's inside a tenant.
+"""Erasure for good (docs/decisions/0030-data-rights.md): a tenant's whole memory, or one person's inside a
+tenant.
 
 Soft forgetting (``forgetting``) is the everyday way and rolls back; this is the other one, asked
 for on purpose in two calls: the first names what would go and hands out a confirmation token

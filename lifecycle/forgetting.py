@@ -1,11 +1,12 @@
-"""Forgetting: soft and journaled first, for good only after the grace period (seed 002, 004).
+"""Forgetting: soft and journaled first, for good only after the grace period
+(docs/concepts.md#forgetting).
 
 Every way to forget (``DELETE /memories/{id}``, ``POST /forget``, the console's action, an approved
 delete or merge candidate) is ``forget_journaled``, and the way back within the grace period is
 ``episode_restore``, journaled too: either entry rolls back exactly. The purge is the one step
 nothing undoes; it leaves a journal note and a log line.
 
-`forget_select` decides which episodes a request names (by filter, or seed 004's ForgetByThreshold:
+`forget_select` decides which episodes a request names (by filter, or by threshold:
 FSRS-6 retrievability below a threshold) without touching anything, so a dry run is the same
 code path as the real one minus `forget_apply`.
 """
@@ -44,7 +45,7 @@ def forget_select(
     if retrievability_below is None:
         return list(qs.values_list("pk", flat=True))
     policy = policy_for(tenant)
-    # Anchors never decay (seed 003 §4.6): a threshold never reaches them.
+    # Anchors never decay (docs/concepts.md#anchors-pinned-memories): a threshold never reaches them.
     rows = qs.filter(anchor=False).defer("embedding", "search_text")
     return [
         e.pk

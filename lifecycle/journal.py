@@ -1,5 +1,6 @@
 """The journal: every change the lifecycle (or an operator, or a tenant's forget) makes to an
-episode, with enough of the state before it to undo it (DESIGN §4, seed 002 safety rules).
+episode, with enough of the state before it to undo it: nothing the lifecycle does is irreversible
+(docs/concepts.md#journal-and-rollback).
 
 Values are stored as JSON: datetimes as ISO strings, read back through the model field's type.
 """

@@ -1,5 +1,5 @@
 """The lifecycle's models: the tenant's policy (``lifecycle.policy``) and the records of what the
-lifecycle did (DESIGN §4): tick runs, journal entries, candidates, access windows."""
+lifecycle did (docs/concepts.md#the-tick): tick runs, journal entries, candidates, access windows."""
 
 from __future__ import annotations
 
@@ -92,8 +92,9 @@ class JournalEntry(models.Model):
 
 
 class Candidate(models.Model):
-    """A merge or delete proposal (seed 002). A tick only proposes; an operator or the tenant decides,
-    and even then the change is soft and journaled (DESIGN §4.9)."""
+    """A merge or delete proposal (docs/concepts.md#candidates-merges-and-deletes). A tick only proposes; an
+    operator or the tenant decides, and even then the change is soft and journaled
+    (docs/concepts.md#journal-and-rollback)."""
 
     class Kind(models.TextChoices):
         MERGE = "merge"
@@ -122,7 +123,7 @@ class Candidate(models.Model):
         help_text="merge only: the episode that survives",
     )
     similarity = models.FloatField(null=True, blank=True, help_text="merge only: embedding cosine")
-    score = models.FloatField(help_text="the activity score (seed 002) when proposed; never used again")
+    score = models.FloatField(help_text="the activity score when proposed; never used again")
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.PROPOSED)
     created_at = models.DateTimeField(default=timezone.now)
     decided_at = models.DateTimeField(null=True, blank=True)
@@ -159,7 +160,7 @@ class Candidate(models.Model):
 class AccessWindow(models.Model):
     """The usage count a packed episode had when its current window of `hot_days` began.
 
-    Upward migration (seed 001, DESIGN §4) needs "accesses within hot_days"; the episode keeps only a
+    Upward migration (the tick's promote step) needs "accesses within hot_days"; the episode keeps only a
     running count, so the tick keeps the count at the start of a window and slides it forward while
     the episode is not used.
     """

@@ -1,4 +1,5 @@
-"""The tick's layer decisions (DESIGN §4 steps 2-5 and the upward migration of seed 001): which
+"""The tick's layer decisions (docs/concepts.md#the-tick: promote, hot_to_warm, warm_gradient,
+warm_to_cold): which
 episodes move, and what they pack into. The moves themselves are ``transitions``'.
 
 Each episode is read at version v and compressed with no lock held; the transition then writes it
@@ -39,7 +40,7 @@ def _merge(old: Iterable[str], new: Iterable[str]) -> list[str]:
 
 
 def step_promote(t: Tick) -> None:
-    """Upward migration by use: `promote_after_accesses` accesses within `hot_days` (seed 001)."""
+    """Upward migration by use: `promote_after_accesses` accesses within `hot_days`."""
     tenant, now = t.tenant, t.now
     # A window with no new access restarts, so it begins at most a day before the first new one.
     AccessWindow.objects.filter(
@@ -174,9 +175,9 @@ def _hot_to_warm_batch(t: Tick, batch: list[tuple[Episode, str]]) -> None:
 
 
 def warm_shape(episode: Episode, summariser: Any, policy: Any, now: datetime) -> WarmShape:
-    """What a hot episode packs into: the summariser's summary and key points, as many points as
-    its idle time allows (the warm gradient), entities and decisions kept whole (seed 003 F3):
-    what ingest found plus what the summariser found."""
+    """What a hot episode packs into: the summariser's summary and key points, as many points as its idle time
+    allows (the warm gradient), entities and decisions kept whole (docs/concepts.md#the-warm-shape): what
+    ingest found plus what the summariser found."""
     turns = list(episode.turns.order_by("seq", "id").only("text", "embedding"))
     vectors = None
     if turns and all(turn.embedding is not None for turn in turns):
@@ -200,7 +201,7 @@ def cold_shape(episode: Episode, summariser: Any) -> ColdShape:
 
 
 def step_warm_gradient(t: Tick) -> None:
-    """Seed 001: compression deepens with age; fewer key points as the episode idles."""
+    """The warm gradient: compression deepens with age; fewer key points as the episode idles."""
     for listed in t.episodes(layer=Layer.WARM, anchor=False):
         keep = warm_points_for_age(days_between(t.now, listed.last_accessed_at), t.policy)
         if len(listed.key_points) <= keep:
@@ -219,7 +220,7 @@ def step_warm_gradient(t: Tick) -> None:
 
 
 def step_warm_to_cold(t: Tick) -> None:
-    warm = t.episodes(layer=Layer.WARM, anchor=False)  # anchors never go cold (seed 003 §4.6)
+    warm = t.episodes(layer=Layer.WARM, anchor=False)  # anchors never go cold (pinned)
     scores = t.scored(warm)
     for listed in warm:
         if scoring.layer_for(scores[listed.pk][1], t.policy, t.now) != Layer.COLD:

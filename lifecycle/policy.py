@@ -1,8 +1,9 @@
-"""A tenant's memory policy (DESIGN §5). Registered with the app through ``lifecycle.models``.
+"""A tenant's memory policy (docs/concepts.md#scores). Registered with the app through
+``lifecycle.models``.
 
-Every tunable of the four seeds is a field with the seed's default. Invariants live twice on
-purpose: ``clean()`` explains a bad value to an operator, the check constraints stop a bad value
-that arrives any other way (a shell, a bulk update, a migration).
+Every tunable of the scores, layers, search and compression is a field with its default. Invariants live twice
+on purpose: ``clean()`` explains a bad value to an operator, the check constraints stop a bad value that
+arrives any other way (a shell, a bulk update, a migration).
 """
 
 from __future__ import annotations
@@ -86,17 +87,17 @@ STRICTLY_ORDERED_FIELDS = (
 
 
 class Preset(models.TextChoices):
-    METABOLISM = "metabolism", "metabolism (seed 002)"
-    ADR = "adr", "ADR (seed 000)"
-    LSM = "lsm", "LSM (seed 003)"
-    FSRS = "fsrs", "FSRS-6 (seed 004)"
+    METABOLISM = "metabolism", "metabolism: activity score, states, layers by time since access"
+    ADR = "adr", "ADR: decaying weight and archive rule"
+    LSM = "lsm", "LSM: priority thresholds"
+    FSRS = "fsrs", "FSRS-6: retrievability thresholds"
 
 
 class LayerRule(models.TextChoices):
-    ACTIVITY = "activity", "time since access, eviction by activity score (seeds 001/002)"
-    WEIGHT = "weight", "ADR archive rule: age, weight, significance (seed 000)"
-    PRIORITY = "priority", "priority thresholds (seed 003)"
-    RETRIEVABILITY = "retrievability", "FSRS-6 retrievability thresholds (seed 004)"
+    ACTIVITY = "activity", "time since access, eviction by activity score"
+    WEIGHT = "weight", "ADR archive rule: age, weight, significance"
+    PRIORITY = "priority", "priority thresholds"
+    RETRIEVABILITY = "retrievability", "FSRS-6 retrievability thresholds"
 
 
 class SummariserName(models.TextChoices):
@@ -110,48 +111,63 @@ class MemoryPolicy(models.Model):
         max_length=12,
         choices=Preset.choices,
         default=Preset.METABOLISM,
-        help_text="The seed whose rules the policy was last set from; any field may be overridden after.",
+        help_text="The preset whose values the policy was last set from; any field may be overridden after.",
     )
     layer_rule = models.CharField(
         max_length=16,
         choices=LayerRule.choices,
         default=LayerRule.ACTIVITY,
-        help_text="Which rule decides an episode's layer (seeds 000-004).",
+        help_text="Which rule decides an episode's layer (docs/concepts.md#presets-and-layer-rules).",
     )
 
-    # activity score (seed 002)
-    coef_in = _f(1.0, "seed 002 activity score A: weight of ln(1+in_degree)")
-    coef_out = _f(0.8, "seed 002 activity score B: weight of ln(1+out_degree)")
-    coef_access = _f(1.2, "seed 002 activity score C: weight of ln(1+access_count)")
-    coef_traverse = _f(0.8, "seed 002 activity score D: weight of ln(1+traverse_count)")
-    coef_recent_access = _f(1.5, "seed 002 activity score E: weight of exp(-Δaccess/T_access)")
-    coef_recent_link = _f(1.0, "seed 002 activity score F: weight of exp(-Δlink/T_link)")
-    coef_age = _f(0.3, "seed 002 activity score G: penalty per T_age of age")
-    t_access_hours = _f(24.0, "seed 002 T_access (hours): time constant of the recent-access term")
-    t_link_hours = _f(72.0, "seed 002 T_link (hours): time constant of the recent-link term")
-    t_age_days = _f(30.0, "seed 002 T_age (days): age that costs G points")
+    # activity score (docs/concepts.md#activity-score)
+    coef_in = _f(1.0, "activity score A: weight of ln(1+in_degree), the links pointing at the episode")
+    coef_out = _f(0.8, "activity score B: weight of ln(1+out_degree), the links from the episode")
+    coef_access = _f(1.2, "activity score C: weight of ln(1+access_count), how often it was returned")
+    coef_traverse = _f(
+        0.8, "activity score D: weight of ln(1+traverse_count), how often it was reached through a link"
+    )
+    coef_recent_access = _f(
+        1.5, "activity score E: weight of exp(-Δaccess/T_access), how recently it was returned"
+    )
+    coef_recent_link = _f(
+        1.0, "activity score F: weight of exp(-Δlink/T_link), how recently a link led to it"
+    )
+    coef_age = _f(0.3, "activity score G: points lost per T_age of age")
+    t_access_hours = _f(24.0, "activity score T_access (hours): time constant of the recent-access term")
+    t_link_hours = _f(72.0, "activity score T_link (hours): time constant of the recent-link term")
+    t_age_days = _f(30.0, "activity score T_age (days): age that costs G points")
 
-    # states and candidates (seed 002)
-    # Seed 002 gives no numbers. With the default coefficients an unused episode with one
-    # `continues` link scores about 0.7 - 0.3 * age/30d: -1.0 keeps it in default search for about
-    # half a year unused, -3.0 proposes deletion after about a year (never automatic).
-    theta_active = _f(-1.0, "seed 002 θ_active: score at or above which an episode is active")
-    theta_delete = _f(-3.0, "seed 002 θ_delete: score at or below which an episode may be a delete candidate")
-    delete_after_days = _n(180, "seed 002: a delete candidate must also be unaccessed this many days")
-    merge_similarity = _f(0.92, "seed 002 merge candidates: embedding cosine at or above this")
-    merge_max_links = _n(2, "seed 002 merge candidates: at most this many links (in + out)")
+    # states and candidates (docs/concepts.md#states)
+    # With the default coefficients an unused episode with one `continues` link scores about
+    # 0.7 - 0.3 * age/30d: -1.0 keeps it active for about half a year unused, -3.0 proposes its
+    # deletion after about a year (never automatic).
+    theta_active = _f(
+        -1.0, "θ_active: activity score at or above which an episode is active (below it: dormant)"
+    )
+    theta_delete = _f(
+        -3.0, "θ_delete: activity score at or below which an episode may be proposed for deletion"
+    )
+    delete_after_days = _n(180, "an episode is proposed for deletion only if also unaccessed this many days")
+    merge_similarity = _f(0.92, "merge proposals: two episodes whose embeddings' cosine is at or above this")
+    merge_max_links = _n(2, "merge proposals: only episodes with at most this many links (in + out)")
     purge_grace_days = _n(
-        _setting("PURGE_GRACE_DAYS"), "DESIGN §4.9: soft-deleted data is recoverable this long"
+        _setting("PURGE_GRACE_DAYS"),
+        "days a forgotten episode can be restored before the tick removes it for good",
     )
 
-    # layers and LRU (seeds 000, 001, 003)
-    hot_days = _n(14, "seed 001/003: an episode not accessed this many days leaves hot")
-    cold_days = _n(90, "seed 001/003: an episode not accessed this many days goes cold")
-    hot_cap_per_session = _n(50, "seed 000: at most this many hot episodes per session")
-    hot_quota = _n(10_000, "DESIGN §3 LRU: at most this many hot episodes per tenant")
+    # layers and hot quota (docs/concepts.md#presets-and-layer-rules)
+    hot_days = _n(14, "an episode not accessed this many days leaves hot (time-based layer rules)")
+    cold_days = _n(90, "an episode not accessed this many days goes cold")
+    hot_cap_per_session = _n(
+        50, "at most this many hot episodes per session; the lowest activity score leaves first"
+    )
+    hot_quota = _n(
+        10_000, "at most this many hot episodes per tenant; the lowest activity score leaves first"
+    )
     hot_quota_bytes = models.PositiveBigIntegerField(
         default=_setting("HOT_QUOTA_BYTES"),
-        help_text="DESIGN §3 LRU: at most this many bytes of turn text and vectors hot per tenant; over it, "
+        help_text="at most this many bytes of turn text and vectors hot per tenant; over it, "
         "ingest sends the least recently used hot episodes to warm before indexing new ones",
     )
     hot_pinned_share = _f(
@@ -160,17 +176,19 @@ class MemoryPolicy(models.Model):
         "past it is refused, and the rest of the quota stays for the working set "
         "(docs/decisions/0038-pinned-memories-within-the-hot-quota.md)",
     )
-    warm_points_max = _n(8, "seed 001 warm gradient: key points kept at hot_days")
-    warm_points_min = _n(3, "seed 001 warm gradient: key points kept at cold_days")
-    promote_after_accesses = _n(3, "seed 001/003: accesses within hot_days that bring it back to hot")
-    priority_recency_weight = _f(0.3, "seed 003 priority: maximum of the recency term")
-    priority_frequency_weight = _f(0.2, "seed 003 priority: maximum of the frequency term")
-    priority_anchor_weight = _f(0.3, "seed 003 priority: importance of an anchor")
-    priority_relevance_weight = _f(0.2, "seed 003 priority: maximum of the query relevance term")
-    priority_recency_days = _f(14.0, "seed 003 priority: recency decays as exp(-days since access / this)")
-    priority_frequency_cap = _n(20, "seed 003 priority: access count at which the frequency term is full")
-    priority_hot_above = _f(0.7, "seed 003: priority above this is hot")
-    priority_cold_at_or_below = _f(0.3, "seed 003: priority at or below this is cold")
+    warm_points_max = _n(
+        8, "key points a warm episode keeps when it has been idle hot_days (fewer as it idles longer)"
+    )
+    warm_points_min = _n(3, "key points a warm episode keeps when it has been idle cold_days")
+    promote_after_accesses = _n(3, "accesses within hot_days that bring a warm or cold episode back to hot")
+    priority_recency_weight = _f(0.3, "priority: maximum of the recency term")
+    priority_frequency_weight = _f(0.2, "priority: maximum of the frequency term")
+    priority_anchor_weight = _f(0.3, "priority: what being pinned (an anchor) adds")
+    priority_relevance_weight = _f(0.2, "priority: maximum of the query relevance term")
+    priority_recency_days = _f(14.0, "priority: recency decays as exp(-days since access / this)")
+    priority_frequency_cap = _n(20, "priority: access count at which the frequency term is full")
+    priority_hot_above = _f(0.7, "priority layer rule: priority above this is hot")
+    priority_cold_at_or_below = _f(0.3, "priority layer rule: priority at or below this is cold")
 
     # languages (episodes.language)
     language = models.CharField(
@@ -181,54 +199,68 @@ class MemoryPolicy(models.Model):
         "text (Chinese characters, Cyrillic or Latin letters); a language here is taken as it is.",
     )
 
-    # retrieval (seed 004)
-    rrf_vector_weight = _f(_setting("RRF_VECTOR_WEIGHT"), "seed 004 RRF: weight of the vector ranking")
-    rrf_text_weight = _f(_setting("RRF_TEXT_WEIGHT"), "seed 004 RRF: weight of the BM25 ranking")
-    rrf_k = models.PositiveIntegerField(default=_setting("RRF_K"), help_text="seed 004 RRF constant k")
+    # retrieval (docs/concepts.md#fusion)
+    rrf_vector_weight = _f(_setting("RRF_VECTOR_WEIGHT"), "search fusion: weight of the vector ranking")
+    rrf_text_weight = _f(_setting("RRF_TEXT_WEIGHT"), "search fusion: weight of the full-text (BM25) ranking")
+    rrf_k = models.PositiveIntegerField(
+        default=_setting("RRF_K"),
+        help_text="search fusion: the constant k of reciprocal rank fusion (smaller: the first ranks count more)",
+    )
 
-    # FSRS-6 (seed 004)
+    # FSRS-6 (docs/concepts.md#fsrs-retrievability-and-stability)
     fsrs_parameters = models.JSONField(
         default=default_fsrs_parameters,
-        help_text="seed 004 FSRS-6: the 21 model weights (default: the fsrs package's defaults)",
+        help_text="FSRS-6: the 21 model weights (default: the fsrs package's defaults)",
     )
-    desired_retention = _f(0.9, "seed 004 FSRS-6: desired retention, strictly between 0 and 1")
-    retrievability_hot_above = _f(0.8, "seed 004 layer rule: retrievability above this is hot")
-    retrievability_cold_at_or_below = _f(0.6, "seed 004 layer rule: retrievability at or below this is cold")
-    forget_below_retrievability = _f(0.3, "seed 004 ForgetByThreshold: default retrievability threshold")
+    desired_retention = _f(0.9, "FSRS-6: desired retention, strictly between 0 and 1")
+    retrievability_hot_above = _f(0.8, "retrievability layer rule: retrievability above this is hot")
+    retrievability_cold_at_or_below = _f(
+        0.6, "retrievability layer rule: retrievability at or below this is cold"
+    )
+    forget_below_retrievability = _f(0.3, "POST /forget by retrievability: the default threshold")
 
-    # ADR (seed 000)
-    adr_initial_weight = _f(1.0, "seed 000: weight w0 of a new entry")
-    adr_decay_factor = _f(0.99, "seed 000: w = w0 · decay_factor ** age_days")
-    adr_min_weight = _f(0.0, "seed 000: the weight never falls below this")
-    adr_archive_after_days = _f(1.0, "seed 000 archive rule: age (days) above which an entry is archived")
-    adr_archive_weight = _f(0.3, "seed 000 archive rule: weight below which an entry is archived")
-    adr_archive_significance = _f(0.5, "seed 000 archive rule: significance (seed 003 priority) below this")
-    activation_limit = _n(_setting("ACTIVATION_LIMIT"), "seed 000 activation: top N by significance")
+    # ADR (docs/concepts.md#adr-weight)
+    adr_initial_weight = _f(1.0, "ADR: weight w0 of a new episode")
+    adr_decay_factor = _f(0.99, "ADR: the weight decays as w = w0 · decay_factor ** age_days")
+    adr_min_weight = _f(0.0, "ADR: the weight never falls below this")
+    adr_archive_after_days = _f(1.0, "ADR archive rule: age (days) above which an episode is archived (warm)")
+    adr_archive_weight = _f(0.3, "ADR archive rule: weight below which an episode is archived (warm)")
+    adr_archive_significance = _f(0.5, "ADR archive rule: priority below which an episode is archived (warm)")
+    activation_limit = _n(
+        _setting("ACTIVATION_LIMIT"), "activation: how many memories of one kind it returns"
+    )
 
-    # operations and segmentation (seed 002 tick, DESIGN §3)
-    tick_interval_minutes = _n(60, "seed 002 tick period (seed suggests 6-24 h; 1 h keeps layers fresh)")
+    # operations and segmentation (docs/concepts.md#the-tick, docs/concepts.md#segmentation)
+    tick_interval_minutes = _n(
+        60, "how often the lifecycle tick runs for this tenant (1 h keeps layers fresh)"
+    )
     episode_gap_seconds = _n(
-        _setting("EPISODE_GAP_SECONDS"), "seed 003 episodes: a gap this long opens a new one"
+        _setting("EPISODE_GAP_SECONDS"), "segmentation: a gap this long between turns opens a new episode"
     )
     episode_split_similarity = _f(
-        _setting("EPISODE_SPLIT_SIMILARITY"), "seed 003 episodes: similarity below this opens a new one"
+        _setting("EPISODE_SPLIT_SIMILARITY"),
+        "segmentation: a turn less similar than this to its episode opens a new one",
     )
-    episode_max_turns = _n(_setting("EPISODE_MAX_TURNS"), "seed 003 episodes: at most this many turns")
+    episode_max_turns = _n(
+        _setting("EPISODE_MAX_TURNS"), "segmentation: an episode holds at most this many turns"
+    )
 
-    # summariser (seed 003 §3.3, DESIGN §6)
+    # summariser (docs/concepts.md#the-warm-shape)
     summariser = models.CharField(
         max_length=12,
         choices=SummariserName.choices,
         default=SummariserName.EXTRACTIVE,
-        help_text="seed 003 compression: how hot episodes are packed to warm and cold",
+        help_text="how hot episodes are packed to warm and cold",
     )
-    warm_target_ratio = _f(0.25, "seed 003 F3/NF4: the warm shape aims at this share of the raw text")
+    warm_target_ratio = _f(
+        0.25, "the warm shape aims at this share of the raw text (entities and decisions are always kept)"
+    )
     search_packed_turns = models.BooleanField(
         default=True,
-        help_text="seed 001 trade-off: also find warm and cold episodes through their raw turns (vectors and "
-        "full text of the log Postgres keeps whole). Off: only through the packed shape and its centroid, the "
-        "seed's 'small index' (on LoCoMo, aged Recall@10 falls about 0.1 below all-hot). What is returned "
-        "stays the packed shape either way.",
+        help_text="also find warm and cold episodes through their raw turns (vectors and full text of the "
+        "turns Postgres keeps whole). Off: only through the packed shape and its centroid, which is smaller "
+        "and misses more of the old memories (docs/decisions/0006-packed-turns-searched.md). What is "
+        "returned stays the packed shape either way.",
     )
     llm_base_url = models.CharField(
         max_length=500,

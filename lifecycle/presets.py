@@ -1,4 +1,5 @@
-"""Presets: the field values that reproduce each seed's rules on a tenant's policy."""
+"""Presets: the field values that set one consistent group of rules on a tenant's
+policy (docs/concepts.md#presets-and-layer-rules)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def apply_preset(policy: MemoryPolicy, name: str) -> MemoryPolicy:
-    """Set the fields that reproduce one seed's rules (not saved: the caller validates and saves)."""
+    """Set the fields of one preset (not saved: the caller validates and saves)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     for field, value in PRESETS[name].items():

@@ -1,5 +1,5 @@
-"""A tenant's hot tier is bounded in bytes (DESIGN §3 LRU): one tenant can never fill the Redis
-that every tenant's hot index lives in.
+"""A tenant's hot tier is bounded in bytes, least recently used out first (docs/concepts.md#hot-quota): one
+tenant can never fill the Redis that every tenant's hot index lives in.
 
 Pinned episodes (anchors) never leave hot by this rule, so they have a cap of their own inside the
 quota: ``MemoryPolicy.pinned_cap_bytes`` (``hot_pinned_share`` of ``hot_quota_bytes``) bounds what

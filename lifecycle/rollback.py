@@ -1,5 +1,5 @@
-"""Rollback of journal entries (DESIGN §4.9): the fields, the links, the candidates and the Redis
-index go back to what they were before the change.
+"""Rollback of journal entries (docs/concepts.md#journal-and-rollback): the fields, the links, the candidates
+and the Redis index go back to what they were before the change.
 
 Entries of one episode are undone newest first: rolling back an entry also rolls back every later,
 not yet rolled back entry of the same episode, so the fields never mix two points in time (undoing

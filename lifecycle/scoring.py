@@ -1,4 +1,5 @@
-"""The four seeds' scores as pure functions of (episode stats, policy, now) — DESIGN §5.
+"""The scores as pure functions of (episode stats, policy, now): the activity score, FSRS-6
+retrievability, the ADR weight and the priority (docs/concepts.md#scores).
 
 Nothing here reads the clock, the database or Redis: the tick, the read path and the admin pass
 ``now`` and the counts they already hold, so a replay with the same inputs gives the same numbers.
@@ -20,7 +21,7 @@ from episodes.models import Layer, State
 
 Policy = Any  # duck-typed: MemoryPolicy or anything with the same attributes
 
-#: How a use of a memory counts as an FSRS review (DESIGN §5, seed 004).
+#: How a use of a memory counts as an FSRS review (docs/concepts.md#fsrs-retrievability-and-stability).
 RATINGS: dict[str, Rating] = {
     "access": Rating.Good,  # returned by a search or read
     "unpack": Rating.Easy,  # deep unpack: the agent needed all of it
@@ -84,11 +85,11 @@ def _days(now: datetime, then: datetime) -> float:
     return _seconds(now, then) / 86_400
 
 
-# --- seed 002: activity score ---------------------------------------------------------------
+# --- activity score ---------------------------------------------------------------------------
 
 
 def activity_terms(stats: EpisodeStats, policy: Policy, now: datetime) -> dict[str, float]:
-    """The seed 002 score term by term (the admin and the search response show the parts)."""
+    """The activity score term by term (the admin and the search response show the parts)."""
     access = 0.0
     if stats.last_accessed_at is not None:
         access = math.exp(-_seconds(now, stats.last_accessed_at) / 3600 / policy.t_access_hours)
@@ -108,7 +109,7 @@ def activity_terms(stats: EpisodeStats, policy: Policy, now: datetime) -> dict[s
 
 def activity_score(stats: EpisodeStats, policy: Policy, now: datetime) -> float:
     """A·ln(1+in) + B·ln(1+out) + C·ln(1+access) + D·ln(1+traverse)
-    + E·e^(−Δaccess/T_access) + F·e^(−Δlink/T_link) − G·age/T_age  (seed 002)."""
+    + E·e^(−Δaccess/T_access) + F·e^(−Δlink/T_link) − G·age/T_age  (docs/concepts.md#activity-score)."""
     return sum(activity_terms(stats, policy, now).values())
 
 
@@ -120,14 +121,15 @@ def state_for(
     idle_days: float = 0.0,
     anchor: bool = False,
 ) -> str:
-    """Seed 002 states (DESIGN §4 step 7); a delete candidate is only ever marked, never deleted."""
+    """States from the activity score (docs/concepts.md#states); a delete candidate is only ever marked, never
+    deleted."""
     if score >= policy.theta_active:
         return State.ACTIVE
     if (
         score <= policy.theta_delete
         and in_degree == 0
         and idle_days >= policy.delete_after_days
-        and not anchor  # anchors never decay (seed 003 §4.6)
+        and not anchor  # anchors never decay
     ):
         return State.DELETE_CANDIDATE
     return State.DORMANT
@@ -144,7 +146,8 @@ def state_of(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
 
 
 def is_merge_candidate(score: float, policy: Policy, *, link_count: int, similarity: float) -> bool:
-    """Seed 002: low score, few links, semantically overlapping (same kind is the caller's filter)."""
+    """A merge candidate: low score, few links, semantically overlapping (same kind is the caller's
+    filter)."""
     return (
         score < policy.theta_active
         and link_count <= policy.merge_max_links
@@ -152,7 +155,7 @@ def is_merge_candidate(score: float, policy: Policy, *, link_count: int, similar
     )
 
 
-# --- seed 004: FSRS-6 retrievability ----------------------------------------------------------
+# --- FSRS-6 retrievability ---------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=64)
@@ -204,7 +207,7 @@ def review(stats: EpisodeStats, policy: Policy, rating: Rating | str, now: datet
     return float(card.stability), float(card.difficulty)
 
 
-# --- seed 000: ADR weight -----------------------------------------------------------------
+# --- ADR weight ------------------------------------------------------------------------------
 
 
 def adr_weight(stats: EpisodeStats, policy: Policy, now: datetime) -> float:
@@ -216,7 +219,8 @@ def adr_weight(stats: EpisodeStats, policy: Policy, now: datetime) -> float:
 def adr_should_archive(
     stats: EpisodeStats, policy: Policy, now: datetime, significance: float | None = None
 ) -> bool:
-    """Seed 000: age > archive_after_days OR weight < 0.3 OR significance < 0.5; anchors stay."""
+    """The ADR archive rule: age > archive_after_days OR weight < archive_weight OR significance
+    (the priority) < archive_significance; anchors stay."""
     if stats.anchor:
         return False
     if significance is None:
@@ -228,7 +232,7 @@ def adr_should_archive(
     )
 
 
-# --- seed 003: priority -----------------------------------------------------------------------
+# --- priority ---------------------------------------------------------------------------------
 
 #: The priority is bounded to [0, 1] whatever the policy's weights.
 PRIORITY_MAX = 1.0
@@ -264,7 +268,7 @@ def priority_of(terms: dict[str, float]) -> float:
 def priority_layer(
     p: float, *, hot_above: float = 0.7, cold_at_or_below: float = 0.3, anchor: bool = False
 ) -> str:
-    """Seed 003: > 0.7 hot, 0.3-0.7 warm, <= 0.3 cold; an anchor never goes cold (§4.6)."""
+    """By default > 0.7 hot, 0.3-0.7 warm, <= 0.3 cold; an anchor never goes cold."""
     if p > hot_above:
         return Layer.HOT
     if p > cold_at_or_below or anchor:
@@ -299,7 +303,7 @@ def layer_for(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
         else Layer.HOT
     )
     if rule == "priority":
-        # Seed 003 has both time triggers (14 days, 3 months) and priority thresholds; without a
+        # Both the time triggers (hot_days, cold_days) and the priority thresholds apply; without a
         # query no plain episode can pass 0.7, so the priority keeps an episode up, never pushes it down.
         by_priority = priority_layer(
             priority(stats, policy, now),
@@ -309,8 +313,8 @@ def layer_for(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
         return min(by_time, by_priority, key=_LAYER_RANK.__getitem__)
     if by_time == Layer.COLD:
         return Layer.COLD
-    if rule == "weight":  # ADR: active memory or archive (seed 000); the archive is warm
+    if rule == "weight":  # ADR: active memory or archive; the archive is warm
         return Layer.WARM if adr_should_archive(stats, policy, now) else Layer.HOT
-    if rule == "activity":  # seeds 001/003 time triggers; the activity score orders cap evictions
+    if rule == "activity":  # time triggers; the activity score orders cap evictions
         return by_time
     raise ValueError(f"unknown layer rule {rule!r}")

@@ -24,8 +24,8 @@ def segmentation_rules(policy: MemoryPolicy) -> SegmentationRules:
 
 
 class SearchSettings(NamedTuple):
-    """What the read path needs of the policy: seed 004 fusion, seed 000 activation, and the
-    seed 003 priority's terms (a policy to ``scoring.priority``)."""
+    """What the read path needs of the policy: fusion, activation, and the priority's terms (a policy to
+    ``scoring.priority``)."""
 
     rrf_vector_weight: float
     rrf_text_weight: float

@@ -1,10 +1,10 @@
 """The lifecycle's writes, in one place for callers (views, admin, tasks, the read path).
 
-Ingest is the episodes app's, run here with the tenant's segmentation rules and hot quota
-(``quota``). The work lives in modules of its own: ``tick`` (DESIGN §4 steps 1-9), ``candidates`` (merge and
-delete proposals and their decisions), ``forgetting`` (soft forget and restore, ForgetByThreshold,
-purge), ``rollback`` (undo from the journal) and ``hotsync`` (Redis following Postgres). An operator's
-hand edit of an episode is here (``episode_edit``), journaled like the rest.
+Ingest is the episodes app's, run here with the tenant's segmentation rules and hot quota (``quota``). The
+work lives in modules of its own: ``tick`` (docs/concepts.md#the-tick), ``candidates`` (merge and delete
+proposals and their decisions), ``forgetting`` (soft forget and restore, ForgetByThreshold, purge),
+``rollback`` (undo from the journal) and ``hotsync`` (Redis following Postgres). An operator's hand edit of an
+episode is here (``episode_edit``), journaled like the rest.
 """
 
 from __future__ import annotations
@@ -142,8 +142,9 @@ def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Epis
 
 
 def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int], now: datetime) -> int:
-    """FSRS-6 reviews from an agent's feedback (seed 004): `Good` for a memory it used, `Hard` for
-    one it was given and did not use. Returns the number of episodes reviewed."""
+    """FSRS-6 reviews from an agent's feedback (docs/concepts.md#fsrs-retrievability-and-stability): `Good`
+    for a memory it used, `Hard` for one it was given and did not use. Returns the number of episodes
+    reviewed."""
     policy = policy_for(tenant)
     ratings = {episode_id: "unused" for episode_id in unused}
     ratings.update({episode_id: "access" for episode_id in used})  # used wins if named twice
@@ -168,8 +169,8 @@ def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int
 
 
 def episode_pin(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime, actor: str) -> Episode:
-    """Pin or unpin, journaled. A pinned episode never goes cold (seed 003 §4.6), so pinning a cold
-    one brings it back to hot in the same move. A pin past the tenant's pinned cap raises
+    """Pin or unpin, journaled. A pinned episode never goes cold (docs/concepts.md#anchors-pinned-memories),
+    so pinning a cold one brings it back to hot in the same move. A pin past the tenant's pinned cap raises
     PinnedCapExceeded and changes nothing (``quota.pin_check``)."""
     promoted = False
     with transaction.atomic():
@@ -202,7 +203,7 @@ def episode_pin(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime,
 
 
 def episode_unpack(*, tenant: Tenant, episode_id: int, now: datetime, actor: str) -> tuple[Episode, str]:
-    """Back to hot, whole (seed 001 re-actualisation); returns the episode and the layer it left.
+    """Back to hot, whole (docs/concepts.md#unpacking); returns the episode and the layer it left.
     An episode already hot stays as it is."""
     with transaction.atomic():
         episode = episode_for_update(tenant, episode_id)

@@ -1,5 +1,5 @@
-"""A tenant's figures, computed once for the console, ``GET /api/v1/stats`` and ``GET /metrics``
-(issue 18, "numbers first").
+"""A tenant's figures, computed once for the console, ``GET /api/v1/stats`` and ``GET /metrics``:
+one computation, so every place shows the same numbers.
 
 What Postgres holds is counted there (episodes and turns by layer and state, bytes, compression,
 candidates pending, tick runs); what passes without a row (searches and their latency, hits by

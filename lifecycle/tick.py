@@ -1,12 +1,13 @@
-"""The lifecycle tick (DESIGN §4): score, move episodes between layers, mark states and candidates.
+"""The lifecycle tick (docs/concepts.md#the-tick): score, move episodes between layers, mark states and
+candidates.
 
-One tick per tenant at a time (a Postgres advisory lock), ``now`` is an argument, and every episode
-moves in its own transaction guarded by the optimistic version check: the episode is read (version
-v), compressed with no lock held, then written only ``WHERE version = v``. If anything touched it
-meanwhile (a search recorded an access, a turn arrived) the update matches no row and the move is
-abandoned, as seed 001 asks. Redis follows the commits (a batch of moves leaves it together, and
-the tenant's index is collected at once: docs/decisions/0033); ``hot_repair`` at the start of every tick
-puts it right after a crash, so running a tick again always converges.
+One tick per tenant at a time (a Postgres advisory lock), ``now`` is an argument, and every episode moves in
+its own transaction guarded by the optimistic version check: the episode is read (version v), compressed with
+no lock held, then written only ``WHERE version = v``. If anything touched it meanwhile (a search recorded an
+access, a turn arrived) the update matches no row and the move is abandoned (docs/concepts.md#halt-on-touch).
+Redis follows the commits (a batch of moves leaves it together, and the tenant's index is collected at once:
+docs/decisions/0033); ``hot_repair`` at the start of every tick puts it right after a crash, so running a tick
+again always converges.
 """
 
 from __future__ import annotations
@@ -72,12 +73,13 @@ def step_score(t: Tick) -> None:
 
 
 def step_states(t: Tick) -> None:
-    """Seed 002 states. A delete candidate is only marked (and proposed to an operator)."""
+    """States from the activity score. A delete candidate is only marked (and proposed to an operator)."""
     episodes = t.episodes()
     scores = t.scored(episodes)
     retagged = 0
     for listed in episodes:
-        # Anchors never decay (seed 003 §4.6): always in default search, never a candidate.
+        # Anchors never decay (docs/concepts.md#anchors-pinned-memories): always in default search, never a
+        # candidate.
         new = State.ACTIVE if listed.anchor else scoring.state_of(scores[listed.pk][1], t.policy, t.now)
         if new == listed.state:
             continue
@@ -160,7 +162,8 @@ def tick_run(
     hook: FaultHook | None = None,
     steps: Iterable[str] | None = None,
 ) -> TickRun:
-    """Run steps 1-9 of DESIGN §4 for one tenant at ``now``; returns the recorded TickRun.
+    """Run the steps (``STEPS``, docs/concepts.md#the-tick) for one tenant at ``now``; returns the recorded
+    TickRun.
 
     ``fail_after_step`` (a name from STEPS) and ``hook`` (called with "after:<step>",
     "compressed:<id>" before a move is written and "moved:<id>" between its commit and Redis) inject

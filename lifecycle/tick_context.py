@@ -1,6 +1,6 @@
 """What one tick carries from step to step: the tenant, its policy, `now`, the run record, the
 counts and errors, the fault hook; and the two operations every move shares: reading an episode
-again at the version a decision was made on, and the optimistic write (seed 001 halt on touch)."""
+again at the version a decision was made on, and the optimistic write (docs/concepts.md#halt-on-touch)."""
 
 from __future__ import annotations
 
@@ -85,7 +85,8 @@ class Tick:
         )
 
     def scored(self, episodes: list[Episode]) -> dict[int, tuple[float, scoring.EpisodeStats]]:
-        """Scores are computed here, every tick, and never stored (seed 002 safety rule)."""
+        """Scores are computed here, every tick, and never stored: a score always reflects the
+        current counters and policy (docs/concepts.md#scores)."""
         degree = degrees(self.tenant, [e.pk for e in episodes])
         out = {}
         for e in episodes:

@@ -1,4 +1,5 @@
-"""Counters and latency histograms, kept per tenant in Redis (issue 18, "numbers first").
+"""Counters and latency histograms, kept per tenant in Redis: the figures every
+process adds to and the console, the stats endpoint and ``/metrics`` read.
 
 Every process adds to the same numbers (the web workers, the task worker, the scheduler), so the
 console, ``GET /api/v1/stats`` and ``GET /metrics`` read one set of figures instead of computing

@@ -1,4 +1,4 @@
-"""Weighted Reciprocal Rank Fusion (seed 004): pure, no I/O.
+"""Weighted Reciprocal Rank Fusion (docs/concepts.md#fusion): pure, no I/O.
 
 score(d) = sum over lists L of weight_L / (k + rank_L(d)), ranks starting at 1. A document absent
 from a list gets nothing from it.

@@ -1,4 +1,4 @@
-"""One hop from the best candidates (issue 16, item 5; seed 002's traversals): episodes that share
+"""One hop from the best candidates (a use through it is a traversal): episodes that share
 a rare entity with one of the first few candidates, or that one of them links to, join the
 candidates with a share of that candidate's relevance. An episode found by the lists keeps its
 own relevance. A hit that entered this way is counted as a traversal, not an access.

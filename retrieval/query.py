@@ -10,7 +10,7 @@ from episodes.models import State
 from episodes.scope import Scope
 
 #: What a search sees unless told otherwise: every episode that is not forgotten, in every layer
-#: and state (seed 001: a query reaches hot, then warm, then cold). The state moves a hit's rank
+#: and state (docs/concepts.md#search-across-tiers). The state moves a hit's rank
 #: (``ranking.STATE_WEIGHTS``); it does not hide it.
 #: (A scope without states is that: the hot index then needs no state filter, since a forgotten
 #: episode's documents leave it, and the rows read for the hits leave forgotten ones out anyway.)

@@ -1,5 +1,5 @@
 """How search is ranked: the vector and text lists of every tier fused by one weighted RRF
-(``fusion``), grouped by episode, then moved by the seed-003 priority of the tenant's policy
+(``fusion``), grouped by episode, then moved by the priority of the tenant's policy
 (``lifecycle.scoring.priority``).
 
 score = relevance × (1 + share × priority) × state weight × time, where relevance is the episode's
@@ -37,8 +37,8 @@ from .when import Window, mention_window
 
 @dataclass(frozen=True)
 class RetrievalWeights:
-    """The fusion of a search: list weights and RRF k (seed 004), the priority's share, how many
-    candidates each list gives, and the hot KNN query's pseudo-relevance feedback."""
+    """The fusion of a search: list weights and RRF k (docs/concepts.md#fusion), the priority's share, how
+    many candidates each list gives, and the hot KNN query's pseudo-relevance feedback."""
 
     vector: float
     text: float
@@ -73,17 +73,17 @@ def platform_weights() -> RetrievalWeights:
 
 
 def tenant_weights(policy: Any) -> RetrievalWeights:
-    """The fusion the tenant's policy sets (seed 004 weights and k) on the platform's settings."""
+    """The fusion the tenant's policy sets (fusion weights and k) on the platform's settings."""
     return dataclasses.replace(
         platform_weights(), vector=policy.rrf_vector_weight, text=policy.rrf_text_weight, k=policy.rrf_k
     )
 
 
-#: How far each state moves a hit down: a dormant episode (seed 002: low activity) or a candidate
-#: for deletion is still found, below active ones of about the same relevance: it loses ties and
-#: near-ties (near the top of a fused list one rank is worth about 1/(k+1) of the score: 1.6% at
-#: k = 60, 9% at the default k = 10). Larger factors buried old memories (docs/decisions/0015).
-#: At most 1, so ``rank_candidates``'s bound (the highest lift) still holds.
+#: How far each state moves a hit down: a dormant episode (low activity: docs/concepts.md#states) or a
+#: candidate for deletion is still found, below active ones of about the same relevance: it loses ties and
+#: near-ties (near the top of a fused list one rank is worth about 1/(k+1) of the score: 1.6% at k = 60, 9% at
+#: the default k = 10). Larger factors buried old memories (docs/decisions/0015). At most 1, so
+#: ``rank_candidates``'s bound (the highest lift) still holds.
 STATE_WEIGHTS: dict[str, float] = {State.ACTIVE: 1.0, State.DORMANT: 0.98, State.DELETE_CANDIDATE: 0.95}
 
 
@@ -131,7 +131,7 @@ def _key(match: Match) -> tuple[str, int]:
 
 @dataclass
 class Fusion:
-    """One weighted RRF over the vector and text lists of every tier (seed 004), grouped by
+    """One weighted RRF over the vector and text lists of every tier (docs/concepts.md#fusion), grouped by
     episode: an episode's relevance is its best item's fused score, wherever it lives, so every
     tier's episodes compete on one scale."""
 

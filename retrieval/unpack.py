@@ -1,4 +1,4 @@
-"""Deep unpacking (seed 001 re-actualisation): an episode restored whole and made hot again, as the
+"""Deep unpacking (docs/concepts.md#unpacking): an episode restored whole and made hot again, as the
 read path answers it. The move is ``lifecycle.transitions.promote``; unpacking also counts as a use."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Usage counting off the request path.
 
-A search answers first; the accesses it caused are queued here and written by one background
-thread per process, many searches in one statement (``write_usage``). The counts are the same
-as one ``record_access`` per search: each access adds one to ``access_count`` (each traversal
-to ``traverse_count``), bumps ``version`` (a migration in flight sees the touch, seed 001) and
-sets ``last_accessed_at`` to the ``now`` of the latest queued use.
+A search answers first; the accesses it caused are queued here and written by one background thread per
+process, many searches in one statement (``write_usage``). The counts are the same as one ``record_access``
+per search: each access adds one to ``access_count`` (each traversal to ``traverse_count``), bumps ``version``
+(a layer move in flight sees the touch and abandons: docs/concepts.md#halt-on-touch) and sets
+``last_accessed_at`` to the ``now`` of the latest queued use.
 
 What it trades: a process that dies loses the accesses queued in its last fraction of a second
 (``MEMORY_USAGE_FLUSH_SECONDS``). Usage counts steer ranking and demotion; they are not memory.

@@ -45,7 +45,7 @@ def unavailable_reason(exc: BaseException) -> str:
 # there (an upgrade from the shared index, or documents written while the index was missing).
 INITIAL_SCAN_WAIT = 30.0
 
-# RediSearch's scorer for the hot tier's full text (seed 004: BM25).
+# RediSearch's scorer for the hot tier's full text: BM25.
 TEXT_SCORER = "BM25STD"
 
 

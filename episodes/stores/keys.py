@@ -1,7 +1,7 @@
 """The one module that names Redis keys and indexes.
 
 Every key is ``mp:{<tenant hex>}:...``: the braces make the tenant a hash tag, so one tenant's keys
-share a cluster slot and tenants can be spread over a Redis Cluster (DESIGN §1).
+share a cluster slot and tenants can be spread over a Redis Cluster (docs/concepts.md#where-things-live).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def hot_schema(tenant_hex: str, dim: int, algorithm: str = "FLAT") -> dict:
     tenant's own, so no other tenant's text moves its ranking.
 
     FLAT by default: exact KNN, and a restart reloads in seconds where HNSW rebuilds for minutes
-    while Redis refuses queries (DESIGN §9).
+    while Redis refuses queries (docs/decisions/0002-hot-index-per-tenant.md).
     """
     vector_attrs: dict = {
         "dims": dim,

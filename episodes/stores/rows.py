@@ -26,7 +26,7 @@ from .tables import EPISODES, LINKS, TURNS
 
 
 class RankRow(NamedTuple):
-    """What ranking reads of a candidate (the inputs of the seed-003 priority, and its times)."""
+    """What ranking reads of a candidate (the inputs of the priority, and its times)."""
 
     pk: int
     layer: str
@@ -197,7 +197,8 @@ WHERE e.id = u.id AND e.tenant_id = u.tenant_id
 def uses_add(uses: Mapping[tuple[uuid.UUID, int], Use]) -> int:
     """Add uses to episodes, keyed by (tenant id, episode id), in one UPDATE without
     read-modify-write; each row is matched by its tenant and its id. The version moves with every
-    use, so a layer move in flight sees the touch and abandons (seed 001).
+    use, so a layer move in flight sees the touch and abandons
+    (docs/concepts.md#halt-on-touch).
 
     In its own transaction it commits without waiting for the WAL flush: a count lost to a crash
     in the next milliseconds is harmless, and a search would otherwise wait for a disk sync."""

@@ -1,5 +1,5 @@
-"""The memory policy in the console: the form by seed, presets, the preview of a tick under the
-values on the form, and the record of every saved change (issue 18)."""
+"""The memory policy in the console: the form by group of rules, presets, the preview of a tick under
+the values on the form, and the record of every saved change."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from ..presets import PRESETS, apply_preset
 FIELDSETS: tuple[tuple[str | None, dict[str, Any]], ...] = (
     (None, {"fields": ("tenant", "preset", "apply_preset_now", "layer_rule")}),
     (
-        "Activity score — seed 002",
+        "Activity score",
         {
             "fields": (
                 ("coef_in", "coef_out", "coef_access", "coef_traverse"),
@@ -36,7 +36,7 @@ FIELDSETS: tuple[tuple[str | None, dict[str, Any]], ...] = (
         },
     ),
     (
-        "Layers & LRU — seeds 000/001/003",
+        "Layers & hot quota",
         {
             "fields": (
                 ("hot_days", "cold_days", "promote_after_accesses"),
@@ -50,9 +50,9 @@ FIELDSETS: tuple[tuple[str | None, dict[str, Any]], ...] = (
             )
         },
     ),
-    ("Retrieval — seed 004", {"fields": (("rrf_vector_weight", "rrf_text_weight", "rrf_k"),)}),
+    ("Retrieval", {"fields": (("rrf_vector_weight", "rrf_text_weight", "rrf_k"),)}),
     (
-        "FSRS-6 — seed 004",
+        "FSRS-6",
         {
             "fields": (
                 "fsrs_parameters",
@@ -63,7 +63,7 @@ FIELDSETS: tuple[tuple[str | None, dict[str, Any]], ...] = (
         },
     ),
     (
-        "ADR — seed 000",
+        "ADR",
         {
             "fields": (
                 ("adr_initial_weight", "adr_decay_factor", "adr_min_weight"),
@@ -73,7 +73,7 @@ FIELDSETS: tuple[tuple[str | None, dict[str, Any]], ...] = (
         },
     ),
     (
-        "Candidates & forgetting — seed 002",
+        "Candidates & forgetting",
         {
             "fields": (
                 ("theta_active", "theta_delete"),
@@ -101,7 +101,7 @@ class MemoryPolicyForm(forms.ModelForm):
     apply_preset_now = forms.BooleanField(
         required=False,
         label="Apply the preset's values",
-        help_text="Overwrite the fields the chosen preset governs with its seed's values on save; "
+        help_text="Overwrite the fields the chosen preset governs with its values on save; "
         "other fields keep what is entered here.",
     )
     llm_api_key = forms.CharField(
@@ -207,18 +207,18 @@ class MemoryPolicyAdmin(TenantScopedAdmin):
             done += 1
         self.message_user(request, f"applied preset {name!r} to {done} polic(ies)", messages.SUCCESS)
 
-    @admin.action(description="Apply preset: metabolism (seed 002)")
+    @admin.action(description="Apply preset: metabolism (activity score)")
     def apply_metabolism(self, request: HttpRequest, queryset: QuerySet[MemoryPolicy]) -> None:
         self._apply(request, queryset, Preset.METABOLISM)
 
-    @admin.action(description="Apply preset: ADR (seed 000)")
+    @admin.action(description="Apply preset: ADR (decaying weight)")
     def apply_adr(self, request: HttpRequest, queryset: QuerySet[MemoryPolicy]) -> None:
         self._apply(request, queryset, Preset.ADR)
 
-    @admin.action(description="Apply preset: LSM (seed 003)")
+    @admin.action(description="Apply preset: LSM (priority)")
     def apply_lsm(self, request: HttpRequest, queryset: QuerySet[MemoryPolicy]) -> None:
         self._apply(request, queryset, Preset.LSM)
 
-    @admin.action(description="Apply preset: FSRS-6 (seed 004)")
+    @admin.action(description="Apply preset: FSRS-6 (retrievability)")
     def apply_fsrs(self, request: HttpRequest, queryset: QuerySet[MemoryPolicy]) -> None:
         self._apply(request, queryset, Preset.FSRS)

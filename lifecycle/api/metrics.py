@@ -1,4 +1,4 @@
-"""``GET /metrics``: the platform's figures in Prometheus's text format (issue 18).
+"""``GET /metrics``: the platform's figures in Prometheus's text format.
 
 The same figures as the console and ``GET /api/v1/stats`` (``lifecycle.stats``), for every tenant,
 plus what belongs to no tenant: HTTP request latency per route and failed background tasks. Not

@@ -1,5 +1,5 @@
-"""Data rights over the API (issue 19): export, import, and erasure of the tenant's memory or of
-one person's (``POST /forget`` with ``erase``, in ``views.ForgetView``). Scope ``admin``: each
+"""Data rights over the API (docs/decisions/0030-data-rights.md): export, import, and erasure of the tenant's
+memory or of one person's (``POST /forget`` with ``erase``, in ``views.ForgetView``). Scope ``admin``: each
 reads or changes all of the tenant's memory."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ ERASE_FIELDS = ("user_id", "erase", "confirm")
 
 
 class ForgetInSerializer(StrictSerializer):
-    """Seed 004 Forget / ForgetByThreshold: a filter, a retrievability threshold, or both (AND)."""
+    """`POST /forget`: a filter, a retrievability threshold, or both (AND)."""
 
     kind = serializers.SlugField(required=False, max_length=50)
     user_id = scope_field()
@@ -154,7 +154,7 @@ class _OpenUnitFloat(serializers.FloatField):
 
 
 class PolicySerializer(StrictSerializer, serializers.ModelSerializer):
-    """The tenant's policy: every tunable (DESIGN §5); the LLM key is write-only.
+    """The tenant's policy: every tunable (docs/concepts.md); the LLM key is write-only.
 
     Each field's own rule is in the schema (a value that breaks it is a 400); a rule between
     fields (``hot_days`` below ``cold_days``, the priority weights adding up to at most 1, an LLM

@@ -1,5 +1,5 @@
 """Memories and turns (written by the tenant's policy and within its hot quota), pinning,
-restoring a forgotten memory (journaled), `POST /forget` (seed 004 Forget and ForgetByThreshold),
+restoring a forgotten memory (journaled), `POST /forget` (by filter or by retrievability threshold),
 the tenant's figures and policy (scope `admin`). Views validate, call, serialise."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One error envelope for every failure: ``{"error": {"code", "message", "details"}}`` (DESIGN §7)."""
+"""One error envelope for every failure: ``{"error": {"code", "message", "details"}}``."""
 
 from __future__ import annotations
 

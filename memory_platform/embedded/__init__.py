@@ -1,4 +1,5 @@
-"""Start, reuse and stop the embedded Postgres and Redis (DESIGN §1).
+"""Start, reuse and stop the embedded Postgres and Redis (``make services``;
+docs/concepts.md#where-things-live).
 
 Pure Python with no Django import, so ``manage.py`` can bring the servers up before Django loads
 its settings. Data lives under one directory (``var/`` by default, a temporary one in tests).

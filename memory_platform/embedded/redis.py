@@ -233,11 +233,11 @@ class EmbeddedRedis:
             "noeviction",
             "--protected-mode",
             "yes",
-            # ON_TIMEOUT FAIL: a query that times out errors instead of silently returning
-            # partial results (DESIGN §9). The collector runs every FORK_GC_RUN_INTERVAL seconds
-            # on each index that lost at least FORK_GC_CLEAN_THRESHOLD documents since its last
-            # run (a rewritten document counts: it is removed and added again), and on no other:
-            # until it runs, BM25 counts the removed ones (see `GC_SETTINGS`).
+            # ON_TIMEOUT FAIL: a query that times out errors instead of silently returning partial results
+            # (search then answers from Postgres: docs/decisions/0037). The collector runs every
+            # FORK_GC_RUN_INTERVAL seconds on each index that lost at least FORK_GC_CLEAN_THRESHOLD documents
+            # since its last run (a rewritten document counts: it is removed and added again), and on no
+            # other: until it runs, BM25 counts the removed ones (see `GC_SETTINGS`).
             "--loadmodule",
             search,
             "ON_TIMEOUT",

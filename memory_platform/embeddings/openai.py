@@ -1,4 +1,4 @@
-"""Embeddings from any OpenAI-compatible ``/embeddings`` server (DESIGN §6): OpenAI itself,
+"""Embeddings from any OpenAI-compatible ``/embeddings`` server (docs/decisions/0025): OpenAI itself,
 text-embeddings-inference, vLLM, Ollama, LiteLLM... The server, model, key and dimension are the
 tenant's (``Tenant.embedder_url`` and the fields beside it).
 

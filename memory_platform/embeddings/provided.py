@@ -1,4 +1,4 @@
-"""The caller sends the vectors (seed 004's precomputed vectors); nothing is computed here."""
+"""The caller sends the vectors (precomputed vectors); nothing is computed here."""
 
 from __future__ import annotations
 

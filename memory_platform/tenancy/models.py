@@ -107,7 +107,8 @@ class Tenant(models.Model):
 
     @property
     def key_prefix(self) -> str:
-        """The Redis hash tag of this tenant: its keys share one cluster slot (DESIGN §1)."""
+        """The Redis hash tag of this tenant: its keys share one cluster slot
+        (docs/concepts.md#where-things-live)."""
         return self.id.hex
 
 

@@ -125,7 +125,7 @@ class ActivateView(TenantAPIView):
     @extend_schema(
         request=s.ActivateInSerializer,
         responses={200: dict},
-        summary="Top memories of one kind by score (seed 000 activation)",
+        summary="Top memories of one kind by score (activation)",
     )
     def post(self, request: Request) -> Response:
         serializer = s.ActivateInSerializer(data=request.data)

@@ -1,5 +1,5 @@
 """The console's pages through Django's test client: the policy preview and the record of every
-saved change, and statements per page that do not grow with tenants or episodes (issue 18)."""
+saved change, and statements per page that do not grow with tenants or episodes."""
 
 from __future__ import annotations
 

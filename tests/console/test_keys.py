@@ -1,4 +1,4 @@
-"""API keys in the console and on the command line (issue 18): created and shown once with a copy
+"""API keys in the console and on the command line: created and shown once with a copy
 button, rotated with a grace period during which the old key keeps working, revoked."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Operators scoped to tenants (issue 18): a staff user given tenant A sees and changes only A in
+"""Operators scoped to tenants (docs/decisions/0028): a staff user given tenant A sees and changes only A in
 the console (lists, pages by id, filters, dashboards, previews, keys); a superuser sees all."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Entities, decisions and sentences in English, Russian and Chinese (issue 17, item 4), and the
-guarantee that compression keeps every one of them (seed 003 F3) in all three languages."""
+"""Entities, decisions and sentences in English, Russian and Chinese (docs/decisions/0027), and the
+guarantee that compression keeps every one of them in all three languages."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``openai`` embedder (issue 17, item 5): any OpenAI-compatible ``/embeddings`` server, here a
+"""The ``openai`` embedder (docs/decisions/0025): any OpenAI-compatible ``/embeddings`` server, here a
 local one that speaks the protocol (``tests/fake_openai.py``)."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""What the data-rights tests share (issue 19): a tenant's history across every layer, and the
+"""What the data-rights tests share: a tenant's history across every layer, and the
 export and import calls."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Erasure for good (issue 19): a tenant's memory, one person's, the tombstone, and the receipt's
+"""Erasure for good (docs/decisions/0030): a tenant's memory, one person's, the tombstone, and the receipt's
 verification against our own scan of every store."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Export and import (issue 19): the round trip, importing twice and over existing data, bad
+"""Export and import (docs/decisions/0030): the round trip, importing twice and over existing data, bad
 input, and moving in from mem0 and plain turns."""
 
 from __future__ import annotations

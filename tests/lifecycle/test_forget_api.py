@@ -1,4 +1,4 @@
-"""`POST /api/v1/forget` (seed 004 Forget / ForgetByThreshold) and the FSRS feedback reviews."""
+"""`POST /api/v1/forget` (by filter or retrievability threshold) and the FSRS feedback reviews."""
 
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def test_feedback_reviews_used_and_unused_memories(provided, memories):
     used = Episode.objects.get(public_id=memories["tea"])
     unused = Episode.objects.get(public_id=memories["coffee"])
     assert used.last_review_at == now == unused.last_review_at
-    # Good raises stability more than Hard does (seed 004: FSRS-6 reviews).
+    # Good raises stability more than Hard does (FSRS-6 reviews).
     assert used.stability > unused.stability and unused.difficulty > used.difficulty
     # Through the API, with an outsider's id refused.
     response = provided.post("/api/v1/feedback", {"used": [memories["flight"]], "unused": []})

@@ -1,4 +1,4 @@
-"""`GET/PATCH /api/v1/policy` and `POST /api/v1/policy/preview` (scope admin, issue 18): validated
+"""`GET/PATCH /api/v1/policy` and `POST /api/v1/policy/preview` (scope admin): validated
 as the console's form, every change recorded, the preview writes nothing."""
 
 from __future__ import annotations

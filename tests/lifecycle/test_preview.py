@@ -1,4 +1,4 @@
-"""The policy preview (issue 18): a tick's decisions at ``now`` under a policy, written nowhere,
+"""The policy preview (docs/decisions/0028): a tick's decisions at ``now`` under a policy, written nowhere,
 and the same numbers as the tick then run at that ``now``."""
 
 from __future__ import annotations

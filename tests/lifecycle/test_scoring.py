@@ -1,4 +1,5 @@
-"""Each seed's formula on a worked example computed by hand, plus the shape of each score."""
+"""Each score's formula (docs/concepts.md#scores) on a worked example computed by hand, plus the shape of each
+score."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def policy() -> MemoryPolicy:
     return MemoryPolicy(theta_active=0.5, theta_delete=0.0)
 
 
-# --- seed 002 -------------------------------------------------------------------------------------
+# --- activity score -----------------------------------------------------------------------------
 
 
 def test_activity_score_worked_example(policy):
@@ -56,7 +57,7 @@ def test_activity_score_worked_example(policy):
         traverse_count=2,
         last_linked_at=NOW - 36 * H,
     )
-    # By hand, seed 002 defaults (A 1.0, B 0.8, C 1.2, D 0.8, E 1.5, F 1.0, G 0.3; 24 h, 72 h, 30 d):
+    # By hand, the default coefficients (A 1.0, B 0.8, C 1.2, D 0.8, E 1.5, F 1.0, G 0.3; 24 h, 72 h, 30 d):
     #   1.0·ln4 = 1.386294   0.8·ln2 = 0.554518   1.2·ln5 = 1.931325   0.8·ln3 = 0.878890
     #   1.5·e^(−12/24) = 0.909796   1.0·e^(−36/72) = 0.606531   −0.3·15/30 = −0.15
     terms = activity_terms(s, policy, NOW)
@@ -113,7 +114,7 @@ def test_merge_candidate(policy):
     assert not is_merge_candidate(2.0, policy, link_count=0, similarity=0.99)
 
 
-# --- seed 004 -------------------------------------------------------------------------------------
+# --- FSRS-6 retrievability -----------------------------------------------------------------------
 
 
 def test_retrievability_worked_example(policy):
@@ -145,7 +146,7 @@ def test_never_reviewed_episode_counts_its_creation_as_a_good_review(policy):
 
 
 def test_review_worked_example(policy):
-    # Seed 004 via FSRS-6, recall after exactly S days (R = 0.9), Good:
+    # FSRS-6, recall after exactly S days (R = 0.9), Good:
     #   S' = S·(1 + e^w8·(11 − D)·S^(−w9)·(e^((1 − R)·w10) − 1))
     #      = 10·(1 + e^1.8722·6·10^(−0.1666)·(e^0.0796 − 1)) = 32.0267
     s = stats(stability=10.0, difficulty=5.0, last_review_at=NOW - 10 * D)
@@ -172,7 +173,7 @@ def test_reviews_follow_the_tenants_fsrs_parameters(policy):
     assert retrievability(s, tuned, NOW) > retrievability(s, policy, NOW)
 
 
-# --- seed 000 -------------------------------------------------------------------------------------
+# --- ADR weight ---------------------------------------------------------------------------------
 
 
 def test_adr_weight_worked_example(policy):
@@ -193,7 +194,7 @@ def test_adr_archive_rule(policy):
     assert not adr_should_archive(stats(created_at=NOW - 200 * D, anchor=True), policy, NOW, significance=0)
 
 
-# --- seed 003 -------------------------------------------------------------------------------------
+# --- priority -----------------------------------------------------------------------------------
 
 
 def test_priority_worked_example(policy):
@@ -247,7 +248,7 @@ def test_layer_for_each_rule(policy):
     assert layer_for(young, policy, NOW) == Layer.HOT
     assert layer_for(recent, policy, NOW) == Layer.WARM  # 15 days old: archived
 
-    apply_preset(policy, "lsm")  # seed 003: time triggers, and a priority that can hold an episode up
+    apply_preset(policy, "lsm")  # time triggers, and a priority that can hold an episode up
     assert layer_for(recent, policy, NOW) == Layer.HOT
     assert layer_for(forgotten, policy, NOW) == Layer.COLD
     # 100 days idle, but used a lot and relevant: 0.2 + 0.2 = 0.4 > 0.3 keeps it warm

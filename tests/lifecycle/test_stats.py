@@ -1,4 +1,4 @@
-"""A tenant's figures (issue 18, "numbers first"): one computation read by ``GET /api/v1/stats``,
+"""A tenant's figures: one computation read by ``GET /api/v1/stats``,
 ``GET /metrics`` and the console; hourly snapshots; statements that do not grow with tenants."""
 
 from __future__ import annotations

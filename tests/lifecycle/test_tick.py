@@ -70,7 +70,7 @@ def test_tick_at_a_controlled_now_moves_exactly_what_the_policy_says(provided, a
             assert episode.search_text.startswith(" ".join([episode.headline, *episode.keywords]))
             assert all(entity in episode.search_text for entity in episode.entities)
             assert episode.summary  # the warm copy is kept on a cold episode
-        # every entity and decision of the hot episode survives in the warm copy (seed 003 F3)
+        # every entity and decision of the hot episode survives in the warm copy
         assert hot_entities[episode.pk]
         for entity in hot_entities[episode.pk]:
             assert entity.lower() in shape.text().lower()

@@ -70,7 +70,7 @@ def test_an_operator_packs_and_the_pack_is_journaled_and_leaves_redis(provided):
 
 
 def test_a_move_halts_when_the_episode_was_touched(provided):
-    """Halt on touch (seed 001): a write at a stale version changes nothing."""
+    """Halt on touch (docs/concepts.md#halt-on-touch): a write at a stale version changes nothing."""
     from lifecycle import transitions
     from lifecycle.compression import WarmShape
 

@@ -1,4 +1,4 @@
-"""The audit (issue 19): keys created, rotated and revoked by a service, the command line and the
+"""The audit: keys created, rotated and revoked by a service, the command line and the
 console are recorded with who and when; every authenticated request is counted per key; operators
 read their tenants' events and nobody else's; no secret reaches a log."""
 

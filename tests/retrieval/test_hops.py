@@ -1,4 +1,4 @@
-"""One hop from the best candidates (issue 16, item 5): a memory sharing a rare entity with the
+"""One hop from the best candidates (docs/decisions/0032): a memory sharing a rare entity with the
 best hit, or linked from it, joins the results below it when the search follows hops; an
 entity many memories name is not followed; nothing of another tenant, or outside the search's
 scope, ever enters this way; a use of a memory reached by a hop counts as a traversal."""

@@ -1,4 +1,4 @@
-"""Memory in Chinese, Russian and English (issue 17): a turn's language, and full text that reads
+"""Memory in Chinese, Russian and English (docs/decisions/0024): a turn's language, and full text that reads
 each language in the hot index and in Postgres alike."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""`min_score` (issue 16, item 8): a threshold on a score that means the same for every query, the
+"""`min_score` (docs/decisions/0016): a threshold on a score that means the same for every query, the
 best cosine similarity between the query and a turn of the memory, in any layer."""
 
 import pytest

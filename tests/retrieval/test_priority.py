@@ -1,4 +1,4 @@
-"""Search ranks by the tenant's own seed-003 priority: the policy's weights, not a second copy."""
+"""Search ranks by the tenant's own priority: the policy's weights, not a second copy."""
 
 import pytest
 
@@ -25,7 +25,7 @@ def test_the_policys_anchor_weight_moves_an_anchor_in_search(provided):
         "/api/v1/memories", {"text": "pinned", "anchor": True, "vector": near.tolist()}
     ).json()["id"]
 
-    # Seed 003's default weights: an anchor's importance (0.3) lifts it over a slightly nearer hit
+    # The default priority weights: an anchor's importance (0.3) lifts it over a slightly nearer hit
     # where one rank is worth little (k = 60: 1.6% of the score; at the default k = 10, 9%, it
     # lifts it over near-ties only).
     MemoryPolicy.objects.filter(tenant=provided.tenant).update(rrf_k=60)

@@ -1,4 +1,4 @@
-"""One ranking over every tier (issue 16, item 2): an episode that moved to warm or cold ranks
+"""One ranking over every tier (docs/decisions/0017): an episode that moved to warm or cold ranks
 where it would have ranked hot, not level with the best of whatever stayed hot."""
 
 from dataclasses import dataclass

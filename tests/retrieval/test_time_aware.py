@@ -1,4 +1,4 @@
-"""Time-aware search (issue 16, item 4): a time the query names lifts the episodes of that time,
+"""Time-aware search (docs/decisions/0019): a time the query names lifts the episodes of that time,
 relative to the caller's now; it never hides the others."""
 
 from datetime import UTC, datetime

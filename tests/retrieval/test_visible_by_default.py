@@ -1,4 +1,4 @@
-"""Every memory that is not forgotten is searched by default (issue 16, item 6): a state moves a
+"""Every memory that is not forgotten is searched by default (docs/decisions/0015): a state moves a
 hit's rank, it does not hide it."""
 
 from datetime import UTC, datetime

@@ -25,7 +25,7 @@ def parse_now(value: str) -> datetime:
 
 class Command(BaseCommand):
     help = (
-        "Run the lifecycle tick (DESIGN §4) for one tenant or every active tenant, at --now "
+        "Run the lifecycle tick (docs/concepts.md#the-tick) for one tenant or every active tenant, at --now "
         "(default: the current time), and print the counts per transition."
     )
 
