@@ -26,7 +26,7 @@ from django.db import models
 #: ``english_stem``), and keeps Chinese words (segmented beforehand) whole: one configuration for
 #: the three languages, so a row's analysis never depends on a guess of its language, and a
 #: Russian turn's English terms match an English query. On English text it gives the ``english``
-#: configuration's lexemes exactly (checked on 47,520 LoCoMo turns: docs/decisions/0024).
+#: configuration's lexemes exactly (docs/decisions/0024 shows the check).
 TEXT_CONFIG = "russian"
 
 
@@ -192,7 +192,8 @@ MAX_QUERY_TERMS = 64
 MAX_TERM_CHARS = 100
 #: RediSearch 2.10 switches a union of more than 20 terms (its ``UNION_ITERATOR_HEAP``) to a heap,
 #: and that heap never ends, the server spinning without answering even PING, when the query is
-#: read as Chinese and one term is in a third script ("ü", Cyrillic): measured, from 21 terms on.
+#: read as Chinese and one term is in a third script ("ü", Cyrillic), from the 21st term on
+#: (docs/decisions/0037).
 #: Such a query keeps its first ``MIXED_CHINESE_TERMS`` words.
 MIXED_CHINESE_TERMS = 20
 

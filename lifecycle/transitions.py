@@ -213,9 +213,9 @@ def demote_to_warm(
 def leave_hot(move: Move, episodes: list[Episode], *, collect: bool) -> None:
     """Take packed episodes' documents out of Redis (each clears its ``needs_reindex`` once Redis
     has let go; a failure leaves it for the repair). ``collect``: then purge them from the
-    tenant's BM25 statistics at once (a fork of Redis, 25-200 ms), for a whole batch of moves: a
-    removed document counted there can rank a word found in nearly every turn above all others
-    until RediSearch's own collector runs (docs/decisions/0033)."""
+    tenant's BM25 statistics at once (a fork of Redis: too costly per episode, cheap per batch),
+    for a whole batch of moves: a removed document counted there can rank a word found in nearly
+    every turn above all others until RediSearch's own collector runs (docs/decisions/0033)."""
     for episode in episodes:
         move.at(f"moved:{episode.pk}")
         hot_remove_packed(episode)

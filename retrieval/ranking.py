@@ -110,10 +110,10 @@ def interleaved(lists: Sequence[tuple[Sequence[Match], float]]) -> list[Match]:
     Two estimates bound that place. Were relevance spread evenly over the turns, a tier's r-th
     match would stand about where the r/s-th stands in one index of every turn; but a question
     has an answer, and where a tier holds it, it is mostly that tier's first match whatever the
-    tier's size, which puts the r-th match of every tier at r. On the development half the even
-    spread (r/s) buried the few hot sessions of an aged tenant under the packed ones (aged episode
-    MRR on hot evidence 0.525, 0.766 all hot), the answer's prior (r) buried packed evidence; the
-    geometric mean of the two lost least (docs/decisions/0032). Each share counts at least
+    tier's size, which puts the r-th match of every tier at r. The even spread (r/s) buries the few
+    hot sessions of an aged tenant under its many packed ones; the answer's prior (r) buries packed
+    evidence under hot matches; the geometric mean of the two loses least of either
+    (docs/decisions/0032-tiers-text-lists-by-rank-over-root-share-and-one-hop.md). Each share counts at least
     ``MIN_SHARE``: a tier that holds next to nothing, such as hot episodes not yet indexed, still
     places its matches. Ties keep the lists' order."""
     placed = [

@@ -26,8 +26,8 @@ from .tables import EPISODES, TENANTS, TURNS
 # graphs reaches the tenant's rows; a filtered scan stops after hnsw.max_scan_tuples rows, so in
 # much larger graphs raise this threshold or that setting (docs/decisions/0005).
 EXACT_PACKED_TURNS = 2000
-# Counting a large tenant's turns takes tens of milliseconds (57 ms for 100k turns here), too much
-# for every search. A move between layers has them counted again at once (``turn_counts``); this
+# Counting a tenant's turns is a scan that grows with the tenant, too slow to repeat on every
+# search. A move between layers has them counted again at once (``turn_counts``); this
 # bounds how long what ingest adds goes uncounted (docs/decisions/0032, 0033).
 PACKED_COUNT_TTL = 10.0
 # Each full-text pass (see `text_search`) ranks at most this many matches: on the approximate plan,
@@ -161,8 +161,8 @@ def vector_candidates(
         else:
             # The nearest by their own embedding first, and only theirs blended: when Postgres
             # sorts the tenant's rows rather than walking the graph, reading every row's second
-            # vector (out of line, TOAST) was a third of the statement (36 -> 26 ms at 5,000
-            # packed turns; docs/decisions/0034).
+            # vector (stored out of line, TOAST) is a large share of the statement's cost, so only
+            # the nearest few read it (docs/decisions/0034).
             parts.append(
                 f"(SELECT n.episode_id, n.id, {blended.format(t='n')} FROM (SELECT t.episode_id, t.id, "
                 f"t.embedding, t.context_embedding, t.embedding <=> %s::vector AS distance {packed} "
