@@ -1,11 +1,11 @@
 """What a hot, warm or cold episode looks like to a caller: as an API resource, as a search hit, and
-as a line of a prompt (seed 001 anisotropy: the older the layer, the less it shows).
+as a line of a prompt (docs/concepts.md#layers: the older the layer, the less it shows).
 
 - hot: its turns, whole;
 - warm: its summary and key points, marked ``partial``;
 - cold: its headline and tags (its own tags and the keywords packing found), marked ``index_only``.
 
-Entities and decisions show in every layer (seed 003 F3). ``deep`` shows every turn whatever the
+Entities and decisions show in every layer (compression keeps them word for word). ``deep`` shows every turn whatever the
 layer (the episode has been unpacked). Everything here is pure: the caller reads the rows.
 """
 

@@ -41,17 +41,17 @@ DEFAULTS: dict[str, Any] = {
     "MAX_JSON_DEPTH": 32,
     # An import's body (POST /api/v1/import); larger moves go through `manage.py import_tenant`.
     "MAX_IMPORT_BYTES": 64 * 1024 * 1024,
-    # segmentation (DESIGN §3)
+    # segmentation (docs/concepts.md#segmentation)
     "EPISODE_GAP_SECONDS": 30 * 60,
     "EPISODE_SPLIT_SIMILARITY": 0.10,
     "EPISODE_MAX_TURNS": 12,
-    # retrieval: weighted RRF of the vector and full-text lists (seed 004's form; its weights
-    # 0.7/0.3 and k 60 are the `fsrs` preset's; these were measured better: docs/decisions/0026)
+    # retrieval: weighted RRF of the vector and full-text lists (the `fsrs` preset sets
+    # 0.7/0.3 at k 60; these defaults rank better: docs/decisions/0026)
     "RRF_VECTOR_WEIGHT": 0.5,
     "RRF_TEXT_WEIGHT": 0.5,
     "RRF_K": 10,
     "SEARCH_CANDIDATES": 50,
-    # how much the seed-003 priority moves a hit, as a share of its relevance (retrieval.ranking)
+    # how much the priority (docs/concepts.md#priority) moves a hit, as a share of its relevance (retrieval.ranking)
     "SEARCH_PRIORITY_SHARE": 0.15,
     # the hot KNN query moved towards the best BM25 hits (pseudo-relevance feedback); 0 docs: off
     "SEARCH_FEEDBACK_DOCS": 3,

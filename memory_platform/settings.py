@@ -314,7 +314,7 @@ def _float(name: str) -> float:
 
 # The environment's overrides of the MEMORY settings; every default is memory_platform.conf's.
 # HOT_INDEX_ALGORITHM: FLAT is exact and reloads in seconds after a restart; HNSW is for hot tiers
-# of 10k+ documents per tenant, at the cost of a long blocking index rebuild on restart (DESIGN §9).
+# of 10k+ documents per tenant, at the cost of a long blocking index rebuild on restart (docs/decisions/0002).
 def _hot_algorithm(name: str) -> str:
     value = env.str(name).strip().upper()
     if value not in {"FLAT", "HNSW"}:

@@ -26,7 +26,7 @@ from episodes.models import Layer
 from memory_platform.conf import memory_settings
 
 #: A neighbour of a matched turn stands at this share of its score; the reply to a matched question
-#: at ``REPLY_SHARE``. Tuned on the LoCoMo development half (docs/decisions/0039).
+#: at ``REPLY_SHARE``. Chosen so that a question's answer, often the turn after it, is shown (docs/decisions/0039).
 NEIGHBOUR_SHARE = 0.5
 REPLY_SHARE = 0.8
 #: A turn's similarity to the query counts to this power: it separates the turn that says it from

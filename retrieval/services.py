@@ -2,7 +2,7 @@
 
 One query embedding; hot candidates from Redis (BM25 over turns, then KNN with the query moved
 towards the best BM25 hits), warm and cold candidates from Postgres (pgvector + full text);
-weighted RRF; grouped by episode; re-ranked by the seed-003 priority; each hit shaped by its layer.
+weighted RRF; grouped by episode; re-ranked by the priority of the tenant's policy (docs/concepts.md#priority); each hit shaped by its layer.
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def search(
 def _count_search(
     tenant: Tenant, hits: list[Hit], took_ms: float, *, outage: bool, hot: bool, packed: bool, degraded: bool
 ) -> None:
-    """The search's path, latency and hits by layer, in the tenant's counters (issue 18)."""
+    """The search's path, latency and hits by layer, in the tenant's counters (what the console and /metrics read)."""
     path = "postgres" if outage else "tiers" if hot and packed else "packed" if packed else "hot"
     layers: dict[str, int] = {}
     for hit in hits:
@@ -300,7 +300,7 @@ def record_access(
     *, tenant: Tenant, episode_ids: list[int], now: datetime, traversed: list[int] | None = None
 ) -> None:
     """Count a use now, without read-modify-write: one UPDATE adds to the counters and bumps the
-    version, so a migration in flight sees the touch and abandons (seed 001). The API's search
+    version, so a migration in flight sees the touch and abandons (docs/concepts.md#halt-on-touch). The API's search
     queues its uses instead (`usage.recorder`), to be written after the answer."""
     if episode_ids or traversed:
         usage.record(tenant.id, episode_ids, now, traversed or ())
@@ -413,7 +413,7 @@ def turn_similarity(tenant: Tenant, hits: list[Hit], vector: np.ndarray | None) 
     return {turn: sim for sims in found.values() for turn, sim in sims}
 
 
-# --- activation (seed 000) ------------------------------------------------------------------------
+# --- activation ------------------------------------------------------------------------------------
 def activate(
     *,
     tenant: Tenant,
@@ -424,7 +424,7 @@ def activate(
     scope: Scope | None = None,
 ) -> dict[str, Any]:
     """Top active memories of one event type: by relevance when a query is given, else by the
-    tenant's seed-003 priority (recency, frequency, anchor)."""
+    tenant's priority (docs/concepts.md#priority: recency, frequency, anchor)."""
     scope = (scope or Scope()).replace(kinds=(kind,), states=(State.ACTIVE,))
     if query_text.strip():
         return search_shaped(

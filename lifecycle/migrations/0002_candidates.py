@@ -30,7 +30,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('kind', models.CharField(choices=[('merge', 'Merge'), ('delete', 'Delete')], max_length=6)),
                 ('similarity', models.FloatField(blank=True, help_text='merge only: embedding cosine', null=True)),
-                ('score', models.FloatField(help_text='the activity score (seed 002) when proposed; never used again')),
+                ('score', models.FloatField(help_text='the activity score when proposed; never used again')),
                 ('status', models.CharField(choices=[('proposed', 'Proposed'), ('approved', 'Approved'), ('rejected', 'Rejected'), ('applied', 'Applied')], default='proposed', max_length=8)),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
                 ('decided_at', models.DateTimeField(blank=True, null=True)),

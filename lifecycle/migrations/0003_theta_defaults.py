@@ -13,11 +13,11 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='memorypolicy',
             name='theta_active',
-            field=models.FloatField(default=-1.0, help_text='seed 002 θ_active: score at or above which an episode is active'),
+            field=models.FloatField(default=-1.0, help_text='θ_active: score at or above which an episode is active'),
         ),
         migrations.AlterField(
             model_name='memorypolicy',
             name='theta_delete',
-            field=models.FloatField(default=-3.0, help_text='seed 002 θ_delete: score at or below which an episode may be a delete candidate'),
+            field=models.FloatField(default=-3.0, help_text='θ_delete: score at or below which an episode may be a delete candidate'),
         ),
     ]

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='memorypolicy',
             name='search_packed_turns',
-            field=models.BooleanField(default=True, help_text="seed 001 trade-off: also find warm and cold episodes through their raw turns (vectors and full text of the log Postgres keeps whole). Off: only through the packed shape and its centroid, the seed's 'small index' (on LoCoMo, aged Recall@10 falls about 0.1 below all-hot). What is returned stays the packed shape either way."),
+            field=models.BooleanField(default=True, help_text="trade-off: also find warm and cold episodes through their raw turns (vectors and full text of the log Postgres keeps whole). Off: only through the packed shape and its centroid, the seed's 'small index' (on LoCoMo, aged Recall@10 falls about 0.1 below all-hot). What is returned stays the packed shape either way."),
         ),
     ]

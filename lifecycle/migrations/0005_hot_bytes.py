@@ -15,6 +15,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='memorypolicy',
             name='hot_quota_bytes',
-            field=models.PositiveBigIntegerField(default=functools.partial(lifecycle.models.setting_default, *('HOT_QUOTA_BYTES',), **{}), help_text='DESIGN §3 LRU: at most this many bytes of turn text and vectors hot per tenant; over it, ingest sends the least recently used hot episodes to warm before indexing new ones'),
+            field=models.PositiveBigIntegerField(default=functools.partial(lifecycle.models.setting_default, *('HOT_QUOTA_BYTES',), **{}), help_text='LRU: at most this many bytes of turn text and vectors hot per tenant; over it, ingest sends the least recently used hot episodes to warm before indexing new ones'),
         ),
     ]

@@ -5,7 +5,7 @@ just been used. ``age_conversation`` instead treats each episode as last used wh
 runs the tenant's ticks on the way to ``now`` (the day after each session, then ``now`` itself), so
 at ``now`` older sessions sit in warm and cold as the tenant's policy says (hot_days, cold_days) and
 the warm gradient has been applied. The compression of each packed episode is then measured against
-the targets of seed 003 (F3, NF4): hot -> warm 3-10x smaller, warm -> cold 10-20x smaller, entities
+the compression targets (docs/concepts.md#layers): hot -> warm 3-10x smaller, warm -> cold 10-20x smaller, entities
 and decisions 100% kept in warm.
 """
 
