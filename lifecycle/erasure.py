@@ -9,7 +9,8 @@ every store:
 - Redis first: the hot documents (and for a tenant its index and counters), so nothing searchable
   outlives its rows; with Redis down nothing is erased at all (``ErasureUnavailable``);
 - Postgres, in one transaction: episodes, turns, links, candidates, access windows, tick runs,
-  snapshots and the journal entries, whose before-states hold old text;
+  snapshots and the journal entries, whose before-states hold old text (tried again when Postgres
+  breaks a deadlock with a concurrent writer by rolling it back: ``in_transaction_retrying``);
 - the task queue: queued tasks and task results that name the tenant (or the person's episodes).
 
 Then a verification pass looks again in every store, every table with a tenant column included
@@ -20,15 +21,16 @@ The tenant, its policy, its keys, its operators and its audit stay.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from django.apps import apps
 from django.core import signing
-from django.db import models, transaction
+from django.db import OperationalError, models, transaction
 from redis.commands.search.query import Query
 
 from episodes.models import Episode, ForgottenUser, Link, Turn
@@ -63,6 +65,12 @@ KEPT = frozenset(
 )
 
 
+T = TypeVar("T")
+#: Postgres's codes for a transaction it rolled back to break a deadlock or a serialization conflict.
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+ATTEMPTS = 6
+
+
 class ErasureRefused(Exception):
     """The confirmation token is missing, wrong or old: nothing was erased."""
 
@@ -82,6 +90,30 @@ def tenant_tables() -> list[type[models.Model]]:
 
 def _label(model: type[models.Model]) -> str:
     return model._meta.label_lower
+
+
+def in_transaction_retrying(
+    fn: Callable[[], T],
+    *,
+    attempts: int = ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+    log: Callable[[str], None] | None = None,
+) -> T:
+    """``fn`` in one transaction, run again (after 0.5, 1, 2... s) when Postgres rolled it back to
+    break a deadlock with a concurrent writer (the worker's tasks, a write in flight): each attempt
+    is whole or nothing. Any other error, or the last attempt's, is raised."""
+    for attempt in range(attempts):
+        try:
+            with transaction.atomic():
+                return fn()
+        except OperationalError as exc:
+            if attempt == attempts - 1 or getattr(exc.__cause__, "sqlstate", None) not in RETRYABLE_SQLSTATES:
+                raise
+            wait = 0.5 * 2**attempt
+            if log is not None:
+                log(f"{str(exc).splitlines()[0]}; trying again in {wait} s")
+            sleep(wait)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 # --- the confirmation --------------------------------------------------------------------------------
@@ -191,12 +223,16 @@ class Receipt:
 
 def _hot_counts(tenant: Tenant) -> dict[str, int]:
     client = hot_store().client
-    hex_ = tenant.pk.hex
     return {
-        "keys": sum(1 for _ in client.scan_iter(match=keys.tenant_pattern(hex_), count=1000)),
-        "indexes": sum(1 for name in client.execute_command("FT._LIST") if hex_ in _text(name)),
+        "keys": sum(1 for _ in client.scan_iter(match=keys.tenant_pattern(tenant.pk.hex), count=1000)),
+        "indexes": _hot_indexes(tenant),
         "counters": int(client.exists(counters.key_of(tenant.pk))),
     }
+
+
+def _hot_indexes(tenant: Tenant) -> int:
+    hex_ = tenant.pk.hex
+    return sum(1 for name in hot_store().client.execute_command("FT._LIST") if hex_ in _text(name))
 
 
 def _text(value: Any) -> str:
@@ -204,24 +240,31 @@ def _text(value: Any) -> str:
 
 
 # --- a tenant's memory ------------------------------------------------------------------------------
-def erase_tenant_data(*, tenant: Tenant, now: datetime, actor: str) -> Receipt:
+def erase_tenant_data(
+    *, tenant: Tenant, now: datetime, actor: str, log: Callable[[str], None] | None = None
+) -> Receipt:
     """Remove the tenant's memory from every store for good; the receipt says what went and what
-    the verification pass found. Raises ErasureUnavailable (Redis down) before removing anything."""
+    the verification pass found. Raises ErasureUnavailable (Redis down) before removing anything.
+    ``log`` hears of a transaction tried again."""
     receipt = Receipt(erased=TENANT_DATA, erased_at=now)
     store = hot_store()
     try:
+        indexes = _hot_indexes(tenant)
         documents = store.drop_tenant(tenant.pk.hex)
         erased_counters = counters.erase(tenant.pk)
     except HotUnavailable as exc:
         raise ErasureUnavailable(f"Redis is unavailable, so nothing was erased: {exc}") from exc
-    with transaction.atomic():
+
+    def remove_rows() -> tuple[dict[str, int], dict[str, int]]:
         postgres = {_label(m): m.objects.filter(tenant=tenant).delete()[0] for m in ERASED}
-        queue = _unqueue(tenant, None)
+        return postgres, _unqueue(tenant, None)
+
+    postgres, queue = in_transaction_retrying(remove_rows, log=log)
     # A write that was in flight may have indexed a document meanwhile: once more, now the rows are gone.
     documents += store.drop_tenant(tenant.pk.hex)
     receipt.removed = {
         "postgres": postgres,
-        "redis": {"documents": documents, "counters": erased_counters},
+        "redis": {"documents": documents, "indexes": indexes, "counters": erased_counters},
         "queue": queue,
     }
     receipt.found_after = {

@@ -12,10 +12,11 @@ again always converges.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -152,6 +153,23 @@ def _unlock(tenant: Tenant) -> None:
     except Exception:  # an aborted transaction cannot unlock; closing the connection will
         logger.exception("could not release the tick lock of %s; closing the connection", tenant.pk)
         connection.close()
+
+
+@contextlib.contextmanager
+def tick_lock(tenant: Tenant, *, wait: float, poll: float = 0.5) -> Iterator[bool]:
+    """Hold the tenant's tick lock, so that no tick of it runs meanwhile (one that starts records a
+    skipped run); waits up to ``wait`` seconds for a running tick to finish. Yields whether the
+    lock was taken (False: a tick still runs). Held by this connection until the block ends."""
+    deadline = time.monotonic() + wait
+    held = _try_lock(tenant)
+    while not held and time.monotonic() < deadline:
+        time.sleep(poll)
+        held = _try_lock(tenant)
+    try:
+        yield held
+    finally:
+        if held:
+            _unlock(tenant)
 
 
 def tick_run(

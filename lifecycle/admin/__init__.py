@@ -4,6 +4,7 @@ this package registers them."""
 from .episodes import EpisodeAdmin
 from .policy import FIELDSETS, MemoryPolicyAdmin, MemoryPolicyForm
 from .records import CandidateAdmin, JournalEntryAdmin, TickRunAdmin
+from .tenants import TenantAdmin
 
 __all__ = [
     "FIELDSETS",
@@ -12,5 +13,6 @@ __all__ = [
     "JournalEntryAdmin",
     "MemoryPolicyAdmin",
     "MemoryPolicyForm",
+    "TenantAdmin",
     "TickRunAdmin",
 ]

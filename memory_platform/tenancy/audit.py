@@ -25,9 +25,21 @@ ERASURE = "erasure"
 FORGET_USER = "forget_user"
 #: An operator deleted a tombstone (``episodes.ForgottenUser``): that user_id may write again.
 FORGET_USER_LIFTED = "forget_user_lifted"
+#: The tenant itself was deleted (``lifecycle.deletion``); the record outlives it and names it.
+TENANT_DELETED = "tenant_deleted"
 
 ACTIONS = frozenset(
-    {KEY_CREATED, KEY_ROTATED, KEY_REVOKED, EXPORT, IMPORT, ERASURE, FORGET_USER, FORGET_USER_LIFTED}
+    {
+        KEY_CREATED,
+        KEY_ROTATED,
+        KEY_REVOKED,
+        EXPORT,
+        IMPORT,
+        ERASURE,
+        FORGET_USER,
+        FORGET_USER_LIFTED,
+        TENANT_DELETED,
+    }
 )
 
 #: The counter of authenticated requests, labelled with the key's prefix.

@@ -176,9 +176,12 @@ class AuditEvent(models.Model):
     """Who did what to a tenant's keys and data, and when: keys created, rotated and revoked;
     exports, imports and erasures (``memory_platform.tenancy.audit``). Policy changes have their
     own record (``lifecycle.models.PolicyChange``). The detail holds counts, key prefixes and
-    filters: never a secret or a memory's text."""
+    filters: never a secret or a memory's text. A record outlives its tenant: deleting the tenant
+    leaves its records without one, and its ``tenant_deleted`` record names it in the detail."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="audit_events")
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="audit_events"
+    )
     at = models.DateTimeField()
     actor = models.CharField(max_length=100, help_text="admin:<user>, api:<key prefix>, cli, service")
     action = models.CharField(max_length=40)

@@ -14,8 +14,8 @@ from django.utils import timezone
 from episodes.models import EMBEDDING_DIM
 from episodes.scope import Scope
 from episodes.services import TurnInput
+from lifecycle.deletion import drop_tenant
 from lifecycle.services import turns_ingest
-from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 
 WORDS = [
@@ -96,7 +96,7 @@ def run_mode(mode: str, turns: int, batch: int, seed: int, log: Callable[[str], 
                 log(f"  {mode}: {done}/{turns} turns")
         elapsed = time.perf_counter() - started
     finally:
-        _drop(tenant)
+        drop_tenant(tenant, now=timezone.now(), log=lambda line: log(f"  {line}"))
     return {
         "mode": mode,
         "turns": turns,
@@ -104,7 +104,3 @@ def run_mode(mode: str, turns: int, batch: int, seed: int, log: Callable[[str], 
         "seconds": round(elapsed, 3),
         "turns_per_s": round(turns / elapsed, 1),
     }
-
-
-def _drop(tenant: Tenant) -> None:
-    tenant.delete()  # its hot documents and index go with it

@@ -25,7 +25,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import numpy as np
 from django.conf import settings
-from django.db import OperationalError, connection
+from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
@@ -33,6 +33,7 @@ from episodes.indexing import turn_documents
 from episodes.models import EMBEDDING_DIM, Episode, Turn
 from episodes.stores.hot import hot_store
 from episodes.stores.tables import EPISODES, TURNS
+from lifecycle.deletion import drop_tenant
 from memory_platform.embedded.redis import free_port
 from memory_platform.embeddings import get_embedder
 from memory_platform.tenancy.models import Tenant
@@ -331,26 +332,12 @@ def run_search_bench(
     finally:
         server.stop()
         # Dropped once every size is measured: deleting a loaded tenant sets autovacuum and
-        # RediSearch's collector to work, which would slow the next size's measurements.
+        # RediSearch's collector to work, which would slow the next size's measurements. The
+        # deletion service waits for the tenant's tick and tries a deadlocked transaction again,
+        # so it works beside a running platform (``lifecycle.deletion``).
         for tenant in loaded:
-            _drop_tenant(tenant, log)
+            drop_tenant(tenant, now=timezone.now(), log=lambda line: log(f"  {line}"))
     return results
-
-
-def _drop_tenant(tenant: Tenant, log: Callable[[str], None], attempts: int = 6) -> None:
-    """Delete a loaded tenant (its hot documents and index go with it). Beside a running platform
-    its scheduled tick may hold the same rows, and the delete then deadlocks: wait and try again,
-    and in the end say what is left rather than lose the measurements."""
-    for attempt in range(attempts):
-        try:
-            tenant.delete()
-            return
-        except OperationalError as exc:
-            connection.close()  # the failed transaction's connection is not reused
-            wait = 2**attempt
-            log(f"  could not drop {tenant.name} yet ({str(exc).splitlines()[0]}); again in {wait} s")
-            time.sleep(wait)
-    log(f"  left tenant {tenant.name} in place: delete it in the admin")
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
