@@ -291,6 +291,11 @@ def _window(match: re.Match[str], kind: str, language: str, now: datetime) -> Wi
     return dataclasses.replace(_span(phrase, *read), loose=kind in _LOOSE)
 
 
+def load_date_parser() -> None:
+    """Import dateparser now (a server's warm-up), not in the first query that names a date."""
+    import dateparser.date  # noqa: F401 - the import is the point
+
+
 @lru_cache(maxsize=8)
 def _parser(base: datetime) -> DateDataParser:
     """A parser for dates relative to ``base``, a day's midnight (naive: dateparser compares with it

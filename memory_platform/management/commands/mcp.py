@@ -13,6 +13,8 @@ from django.db import OperationalError
 
 from memory_platform.mcp.dispatch import ApiError, Caller, local_host
 from memory_platform.mcp.tools import build_server
+from memory_platform.tenancy.models import Tenant
+from memory_platform.warmup import warm_up
 
 
 class Command(BaseCommand):
@@ -38,5 +40,8 @@ class Command(BaseCommand):
                 f"cannot reach Postgres ({exc}); start the servers first: `make run` or "
                 "`manage.py services start`"
             ) from None
+        # Loaded before the client's first call, not during it (``memory_platform.warmup``).
+        tenant = Tenant.objects.filter(name=whoami["tenant"]).first()
+        warm_up(lambda line: self.stderr.write(line), embedders=[tenant.embedder] if tenant else [])
         self.stderr.write(f"MCP over stdio for tenant {whoami['tenant']} (key {whoami['key_prefix']})")
         build_server(lambda ctx: caller).run("stdio")
