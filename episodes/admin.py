@@ -79,7 +79,7 @@ class ForgottenUserAdmin(ReadOnlyAdmin):
         return bool(request.user.has_perm("episodes.delete_forgottenuser"))
 
     def delete_model(self, request: HttpRequest, obj: ForgottenUser) -> None:
-        self.delete_queryset(request, ForgottenUser.objects.filter(pk=obj.pk))
+        self.delete_queryset(request, ForgottenUser.objects.for_tenant(obj.tenant_id).filter(pk=obj.pk))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ForgottenUser]) -> None:
         """Lifting a tombstone is audited: who let which (hashed) user_id write again, and when."""

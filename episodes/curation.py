@@ -41,7 +41,9 @@ def episode_for_update(tenant: Tenant, episode_id: int, *, include_forgotten: bo
 
 
 def _bump(episode: Episode, **fields: Any) -> None:
-    Episode.objects.filter(pk=episode.pk).update(version=F("version") + 1, **fields)
+    Episode.objects.for_tenant(episode.tenant_id).filter(pk=episode.pk).update(
+        version=F("version") + 1, **fields
+    )
     for name, value in fields.items():
         setattr(episode, name, value)
 
@@ -102,7 +104,7 @@ def link_create(*, tenant: Tenant, src_id: int, dst_id: int, kind: str, now: dat
             tenant=tenant, src=src, dst=dst, kind=kind, defaults={"created_at": now}
         )
         if created:
-            Episode.objects.filter(pk__in=[src.pk, dst.pk]).update(
+            Episode.objects.filter(tenant=tenant, pk__in=[src.pk, dst.pk]).update(
                 last_linked_at=now, version=F("version") + 1
             )
     return link, created

@@ -52,7 +52,9 @@ def episodes_index_hot(tenant_id: Any, episode_ids: Sequence[int]) -> int:
         store.index_episode(episode, turn_documents(episode, turns))
         # Only clear the mark if nothing changed since we read the episode; otherwise the newer
         # write has queued (or will need) its own indexing.
-        Episode.objects.filter(pk=episode.pk, version=episode.version).update(needs_reindex=False)
+        Episode.objects.for_tenant(episode.tenant_id).filter(pk=episode.pk, version=episode.version).update(
+            needs_reindex=False
+        )
         indexed += 1
     return indexed
 
@@ -116,7 +118,7 @@ def embed_turns(episode: Episode, turns: list[Turn], *, only_missing: bool = Tru
         turn.embedding = vector
     Turn.objects.bulk_update(todo, ["embedding"])
     episode.embedding = centroid([t.embedding for t in turns if t.embedding is not None])
-    Episode.objects.filter(pk=episode.pk).update(embedding=episode.embedding)
+    Episode.objects.for_tenant(episode.tenant_id).filter(pk=episode.pk).update(embedding=episode.embedding)
 
 
 def hot_remove(episode: Episode) -> bool:
@@ -126,7 +128,7 @@ def hot_remove(episode: Episode) -> bool:
         return True
     except HotUnavailable as exc:
         logger.warning("could not remove episode %s from the hot index: %s", episode.pk, exc)
-        Episode.objects.filter(pk=episode.pk).update(needs_reindex=True)
+        Episode.objects.for_tenant(episode.tenant_id).filter(pk=episode.pk).update(needs_reindex=True)
         return False
 
 
@@ -140,7 +142,8 @@ def hot_remove_packed(episode: Episode) -> bool:
     if not hot_remove(episode):
         return False  # hot_remove has set needs_reindex: the next repair tries again
     (
-        Episode.objects.filter(pk=episode.pk, needs_reindex=True)
+        Episode.objects.for_tenant(episode.tenant_id)
+        .filter(pk=episode.pk, needs_reindex=True)
         .exclude(layer=Layer.HOT, state__in=[State.ACTIVE, State.DORMANT, State.DELETE_CANDIDATE])
         .update(needs_reindex=False)
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from typing import Self
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
@@ -17,6 +16,7 @@ from pgvector.django import HnswIndex, VectorField
 
 from memory_platform.conf import DEFAULTS
 from memory_platform.tenancy.models import Tenant
+from memory_platform.tenancy.scoping import TenantScopedManager, TenantScopedQuerySet
 
 from . import public_ids, when
 from .language import Language
@@ -63,11 +63,6 @@ MENTIONED_LIMIT = 200
 SEARCH_TEXT_LIMIT = 200_000
 
 
-class TenantQuerySet(models.QuerySet):
-    def for_tenant(self, tenant: Tenant) -> Self:
-        return self.filter(tenant=tenant)
-
-
 class Layer(models.TextChoices):
     HOT = "hot"
     WARM = "warm"
@@ -100,7 +95,7 @@ class LinkKind(models.TextChoices):
     SUPERSEDES = "supersedes"
 
 
-class EpisodeQuerySet(TenantQuerySet):
+class EpisodeQuerySet(TenantScopedQuerySet):
     def visible(self) -> EpisodeQuerySet:
         """What reads may return: everything but forgotten episodes."""
         return self.exclude(state=State.FORGOTTEN)
@@ -271,7 +266,7 @@ class Turn(models.Model):
         help_text="embedding of the turn with its neighbours in the episode; NULL when stale",
     )
 
-    objects = TenantQuerySet.as_manager()
+    objects = TenantScopedQuerySet.as_manager()
 
     class Meta:
         ordering = ("episode_id", "seq", "id")
@@ -296,7 +291,7 @@ class Link(models.Model):
     kind = models.CharField(max_length=12, choices=LinkKind.choices, default=LinkKind.RELATED)
     created_at = models.DateTimeField(default=timezone.now)
 
-    objects = TenantQuerySet.as_manager()
+    objects = TenantScopedQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -317,6 +312,8 @@ class ForgottenUser(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="forgotten_users")
     user_hash = models.CharField(max_length=64, editable=False)
     forgotten_at = models.DateTimeField()
+
+    objects = TenantScopedManager()
 
     class Meta:
         constraints = [

@@ -239,7 +239,7 @@ def _ingest_scope(
             .order_by("-seq", "-id")
             .values_list("pk", flat=True)[:CONTEXT_REACH]
         )
-        Turn.objects.filter(pk__in=list(last)).update(context_embedding=None)
+        Turn.objects.filter(tenant=tenant, pk__in=list(last)).update(context_embedding=None)
     last_seq = Turn.objects.filter(tenant=tenant, **scope.owner_fields()).aggregate(m=Max("seq"))["m"] or 0
     previous: Episode | None = latest
     for i in indices:
@@ -269,7 +269,9 @@ def _ingest_scope(
                     defaults={"created_at": now},
                 )
                 episode.last_linked_at = now
-                Episode.objects.filter(pk=previous.pk).update(last_linked_at=now)
+                Episode.objects.for_tenant(previous.tenant_id).filter(pk=previous.pk).update(
+                    last_linked_at=now
+                )
                 previous.last_linked_at = now
             previous = episode
             state = OpenEpisode(0, occurred_at, None)

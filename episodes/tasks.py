@@ -23,7 +23,8 @@ def index_episodes(episode_ids: list[int], tenant_id: str | None = None) -> int:
     tenant was passed carry none: their episodes are indexed tenant by tenant.)"""
     if tenant_id is not None:
         return episodes_index_hot(tenant_id, episode_ids)
-    return _index_by_tenant(Episode.objects.filter(pk__in=episode_ids).values_list("tenant_id", "pk"))
+    old_tasks = Episode.objects.across_tenants("an old task names episodes, not their tenant")
+    return _index_by_tenant(old_tasks.filter(pk__in=episode_ids).values_list("tenant_id", "pk"))
 
 
 def repair_hot_index(limit: int = 500) -> int:
@@ -35,7 +36,9 @@ def repair_hot_index(limit: int = 500) -> int:
     (``lifecycle.tasks.schedule_ticks``): the task queue lives in Redis too, so it runs again
     within a minute of Redis coming back. Returns how many episodes it put right."""
     marked = list(
-        Episode.objects.filter(needs_reindex=True).values_list("tenant_id", "pk", "layer", "state")[:limit]
+        Episode.objects.across_tenants("repair: every tenant's marked episodes")
+        .filter(needs_reindex=True)
+        .values_list("tenant_id", "pk", "layer", "state")[:limit]
     )
     live = [(tenant_id, pk) for tenant_id, pk, layer, state in marked if is_live_hot(layer, state)]
     left = [pk for _, pk, layer, state in marked if not is_live_hot(layer, state)]
@@ -46,7 +49,8 @@ def repair_hot_index(limit: int = 500) -> int:
         # meanwhile waits, and indexes it after, instead of being undone by this removal.
         with transaction.atomic():
             episode = (
-                Episode.objects.select_for_update(of=("self",))
+                Episode.objects.across_tenants("repair: a marked episode, its tenant read with it")
+                .select_for_update(of=("self",))
                 .select_related("tenant")
                 .filter(pk=pk, needs_reindex=True)
                 .first()

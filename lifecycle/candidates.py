@@ -214,8 +214,16 @@ def _survival_ranks(
 
 
 # --- decisions --------------------------------------------------------------------------------------
-def _open(candidate_id: int) -> Candidate:
-    candidate = Candidate.objects.select_for_update().filter(pk=candidate_id).select_related("tenant").first()
+def _open(candidate: Candidate) -> Candidate:
+    """The candidate's row again, locked (the instance given was read for its tenant)."""
+    candidate_id = candidate.pk
+    candidate = (
+        Candidate.objects.for_tenant(candidate.tenant_id)
+        .select_for_update()
+        .filter(pk=candidate_id)
+        .select_related("tenant")
+        .first()
+    )
     if candidate is None:
         raise CandidateError(f"candidate {candidate_id} does not exist")
     if candidate.status != Candidate.Status.PROPOSED:
@@ -226,7 +234,7 @@ def _open(candidate_id: int) -> Candidate:
 def candidate_approve(*, candidate: Candidate, now: datetime, actor: str) -> Candidate:
     """Apply the proposal softly: forget (delete) or link merged_into + forget (merge); journaled."""
     with transaction.atomic():
-        candidate = _open(candidate.pk)
+        candidate = _open(candidate)
         tenant = candidate.tenant
         after: dict[str, Any] = {"candidate_id": candidate.pk}
         if candidate.kind == Candidate.Kind.MERGE:
@@ -277,7 +285,7 @@ def _refuse_across_owners(merged: Episode, survivor: Episode) -> None:
 
 def candidate_reject(*, candidate: Candidate, now: datetime, actor: str) -> Candidate:
     with transaction.atomic():
-        candidate = _open(candidate.pk)
+        candidate = _open(candidate)
         candidate.status = Candidate.Status.REJECTED
         candidate.decided_at = now
         candidate.decided_by = actor

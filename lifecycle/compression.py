@@ -183,12 +183,6 @@ def sentence_scores(
     return scores
 
 
-def rank_sentences(sentences: Sequence[str], **kwargs: Any) -> list[int]:
-    """Indexes of ``sentences`` best first; ties keep conversation order."""
-    scores = sentence_scores(sentences, **kwargs)
-    return sorted(range(len(sentences)), key=lambda i: (-scores[i], i))
-
-
 def _words(sentence: str) -> int:
     return len(sentence.split()) if not _CJK.search(sentence) else len(sentence) // 2
 

@@ -166,7 +166,7 @@ def purge_forgotten(
                 "forgotten_at": episode.forgotten_at,
             }
             deleted, _ = Episode.objects.filter(
-                pk=episode.pk, version=episode.version, state=State.FORGOTTEN
+                tenant=tenant, pk=episode.pk, version=episode.version, state=State.FORGOTTEN
             ).delete()
             if deleted:
                 journal_record(

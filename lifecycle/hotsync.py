@@ -35,7 +35,7 @@ def sync_episode(tenant_id: Any, episode_id: int) -> bool:
         return True
     except HotUnavailable as exc:
         logger.warning("hot index unavailable; episode %s stays marked for re-indexing: %s", episode.pk, exc)
-        Episode.objects.filter(pk=episode.pk).update(needs_reindex=True)
+        Episode.objects.for_tenant(episode.tenant_id).filter(pk=episode.pk).update(needs_reindex=True)
         return False
 
 
@@ -83,4 +83,4 @@ def retag_state(episode: Episode, state: str) -> None:
         hot_store().update_episode_fields(episode, turn_ids, state=state)
     except HotUnavailable as exc:
         logger.warning("could not retag episode %s in the hot index: %s", episode.pk, exc)
-        Episode.objects.filter(pk=episode.pk).update(needs_reindex=True)
+        Episode.objects.for_tenant(episode.tenant_id).filter(pk=episode.pk).update(needs_reindex=True)

@@ -8,6 +8,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from memory_platform.tenancy.models import Tenant
+from memory_platform.tenancy.scoping import TenantScopedManager
 
 from .policy import (
     LayerRule,
@@ -54,6 +55,8 @@ class TickRun(models.Model):
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     errors = models.JSONField(default=list, blank=True)
 
+    objects = TenantScopedManager()
+
     class Meta:
         ordering = ("-started_at", "-id")
         indexes = [models.Index(fields=["tenant", "-started_at"], name="tickrun_tenant_started")]
@@ -78,6 +81,8 @@ class JournalEntry(models.Model):
         TickRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="journal_entries"
     )
     rolled_back_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantScopedManager()
 
     class Meta:
         ordering = ("-created_at", "-id")
@@ -130,6 +135,8 @@ class Candidate(models.Model):
     decided_by = models.CharField(max_length=100, blank=True, default="")
     note = models.CharField(max_length=300, blank=True, default="")
 
+    objects = TenantScopedManager()
+
     class Meta:
         ordering = ("-created_at", "-id")
         indexes = [models.Index(fields=["tenant", "status", "kind"], name="candidate_tenant_status")]
@@ -170,6 +177,8 @@ class AccessWindow(models.Model):
     started_at = models.DateTimeField()
     access_count_at_start = models.PositiveIntegerField()
 
+    objects = TenantScopedManager()
+
     def __str__(self) -> str:
         return f"#{self.episode_id} since {self.started_at:%Y-%m-%d} from {self.access_count_at_start}"
 
@@ -181,6 +190,8 @@ class TenantSnapshot(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="snapshots")
     taken_at = models.DateTimeField()
     data = models.JSONField()
+
+    objects = TenantScopedManager()
 
     class Meta:
         ordering = ("-taken_at", "-id")
@@ -198,6 +209,8 @@ class PolicyChange(models.Model):
     changed_at = models.DateTimeField()
     actor = models.CharField(max_length=100, help_text="admin:<user>, api:<key prefix>, preset")
     changes = models.JSONField(help_text="{field: [old, new]}")
+
+    objects = TenantScopedManager()
 
     class Meta:
         ordering = ("-changed_at", "-id")

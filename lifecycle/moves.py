@@ -70,7 +70,7 @@ def step_promote(t: Tick) -> None:
         gained = episode.access_count - window.access_count_at_start
         if now - window.started_at > timedelta(days=t.policy.hot_days):
             # Too slow to count as "active use": start a new window from here.
-            AccessWindow.objects.filter(pk=window.pk).update(
+            AccessWindow.objects.for_tenant(window.tenant_id).filter(pk=window.pk).update(
                 started_at=now, access_count_at_start=episode.access_count
             )
         elif gained >= t.policy.promote_after_accesses:

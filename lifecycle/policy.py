@@ -22,6 +22,7 @@ from episodes.models import Episode, State
 from memory_platform.conf import memory_settings
 from memory_platform.openai_compat import validate_base_url
 from memory_platform.tenancy.models import Tenant
+from memory_platform.tenancy.scoping import TenantScopedManager
 
 #: A policy's language: "auto" or one of a turn's (``episodes.language.Language``).
 POLICY_LANGUAGES = [("auto", "read off each turn's script"), *Language.choices]
@@ -275,6 +276,8 @@ class MemoryPolicy(models.Model):
 
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = TenantScopedManager()
+
     class Meta:
         verbose_name_plural = "memory policies"
         constraints = [
@@ -409,7 +412,9 @@ class MemoryPolicy(models.Model):
         if self.tenant_id is None:
             return ""
         cap = self.pinned_cap_bytes
-        saved = MemoryPolicy.objects.filter(pk=self.pk).first() if self.pk else None
+        saved = (
+            MemoryPolicy.objects.for_tenant(self.tenant_id).filter(pk=self.pk).first() if self.pk else None
+        )
         if saved is not None and cap >= saved.pinned_cap_bytes:
             return ""
         pinned = pinned_bytes(self.tenant_id)

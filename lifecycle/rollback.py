@@ -74,7 +74,12 @@ def rollback_journal_entry(entry: JournalEntry, *, now: datetime, actor: str = "
 
 
 def _rollback(entry: JournalEntry, now: datetime, actor: str) -> list[JournalEntry]:
-    entry = JournalEntry.objects.select_for_update().select_related("tenant").get(pk=entry.pk)
+    entry = (
+        JournalEntry.objects.for_tenant(entry.tenant_id)
+        .select_for_update()
+        .select_related("tenant")
+        .get(pk=entry.pk)
+    )
     refusal = rollback_refusal(entry)
     if refusal or entry.episode_id is None:  # (the refusal covers a purged episode: for the types)
         raise RollbackError(refusal)
@@ -135,11 +140,13 @@ def _undo(entry: JournalEntry, episode: Episode) -> None:
     candidate_id = after.get("candidate_id")
     if candidate_id is not None:
         if entry.action in PROPOSING:
-            Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.PROPOSED).delete()
+            Candidate.objects.filter(
+                tenant_id=entry.tenant_id, pk=candidate_id, status=Candidate.Status.PROPOSED
+            ).delete()
         else:  # an approval or a rejection: the proposal is open again
             reopened.append(candidate_id)
     if reopened:
-        Candidate.objects.filter(pk__in=reopened).update(
+        Candidate.objects.filter(tenant_id=entry.tenant_id, pk__in=reopened).update(
             status=Candidate.Status.PROPOSED, decided_at=None, decided_by="", note=""
         )
 

@@ -157,7 +157,7 @@ def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int
         for episode in rows.order_by("pk"):
             stats = scoring.EpisodeStats.from_episode(episode)
             stability, difficulty = scoring.review(stats, policy, ratings[episode.pk], now)
-            Episode.objects.filter(pk=episode.pk).update(
+            Episode.objects.for_tenant(episode.tenant_id).filter(pk=episode.pk).update(
                 stability=stability, difficulty=difficulty, last_review_at=now
             )
             reviewed += 1
@@ -326,7 +326,9 @@ def policy_save(*, policy: MemoryPolicy, now: datetime, actor: str) -> PolicyCha
     did. The one way the admin, its preset actions and the API change a policy."""
     policy.full_clean()
     with transaction.atomic():
-        before = MemoryPolicy.objects.select_for_update().filter(pk=policy.pk).first()
+        before = (
+            MemoryPolicy.objects.for_tenant(policy.tenant_id).select_for_update().filter(pk=policy.pk).first()
+        )
         policy.save()
         changes = policy_diff(before, policy) if before is not None else {"created": [None, policy.preset]}
         if not changes:

@@ -208,5 +208,6 @@ def take_snapshots(now: datetime) -> dict[str, int]:
         TenantSnapshot(tenant_id=pk, taken_at=now, data=data) for pk, data in stats.items()
     )
     keep = timedelta(days=memory_settings.SNAPSHOT_KEEP_DAYS)
-    removed, _ = TenantSnapshot.objects.filter(taken_at__lt=now - keep).delete()
+    expired = TenantSnapshot.objects.across_tenants("retention: every tenant's old snapshots")
+    removed, _ = expired.filter(taken_at__lt=now - keep).delete()
     return {"taken": len(stats), "removed": removed}

@@ -284,7 +284,9 @@ def tick_preview(
             run = TickRun.objects.create(tenant=tenant, now_used=now, started_at=timezone.now())
             tick = Tick(tenant=tenant, policy=policy, now=now, run=run)
             tick.summariser = ExtractiveSummariser(policy)
-            last_candidate = Candidate.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+            last_candidate = (
+                Candidate.objects.for_tenant(tenant).order_by("-pk").values_list("pk", flat=True).first() or 0
+            )
             for step in PREVIEW_STEPS:
                 STEP_FUNCTIONS[step](tick)
             tick.counts["purged"] += purge_due(tenant, now, policy.purge_grace_days).count()

@@ -9,6 +9,7 @@ from django.db.models import Field, QuerySet
 from django.http import HttpRequest
 
 from memory_platform.tenancy.models import Tenant, TenantOperator
+from memory_platform.tenancy.scoping import across_tenants
 
 
 def admin_actor(request: HttpRequest) -> str:
@@ -26,7 +27,11 @@ def operated_tenants(request: HttpRequest) -> frozenset[Any] | None:
     if cached is None:
         pk = user.pk
         operated = (
-            TenantOperator.objects.filter(user_id=pk) if pk is not None else TenantOperator.objects.none()
+            TenantOperator.objects.across_tenants("console: which tenants a staff user operates").filter(
+                user_id=pk
+            )
+            if pk is not None
+            else TenantOperator.objects.none()
         )
         cached = frozenset(operated.values_list("tenant_id", flat=True))
         request._operated_tenants = cached  # type: ignore[attr-defined]
@@ -48,7 +53,9 @@ class TenantScopedAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset = super().get_queryset(request)
         ids = operated_tenants(request)
-        return queryset if ids is None else queryset.filter(**{f"{self.tenant_lookup}__in": ids})
+        if ids is None:
+            return across_tenants(queryset, "console: a superuser sees every tenant")
+        return queryset.filter(**{f"{self.tenant_lookup}__in": ids})
 
     def get_list_filter(self, request: HttpRequest) -> Any:
         # Only the tenants that have rows in this (already scoped) list are offered.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -250,7 +251,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = _int("MEMORY_MAX_REQUEST_BYTES", 5 * 1024 * 1024, 
 # --- API --------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["memory_platform.tenancy.authentication.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["memory_platform.tenancy.permissions.HasTenant"],
+    "DEFAULT_PERMISSION_CLASSES": ["memory_platform.tenancy.permissions.KeyHasScope"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["memory_platform.api.parsers.StrictJSONParser"],
     "DEFAULT_THROTTLE_CLASSES": ["memory_platform.api.throttling.ApiKeyThrottle"],
@@ -322,6 +323,12 @@ def _hot_algorithm(name: str) -> str:
     return value
 
 
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """A reader of a whole number of at least ``minimum``, for a variable that is set (its
+    default is ``memory_platform.conf``'s, written there once)."""
+    return lambda name: _int(name, 0, minimum=minimum)
+
+
 def _rate(name: str) -> str:
     from memory_platform.ratelimit import Rate
 
@@ -343,27 +350,27 @@ def _networks(name: str) -> tuple[str, ...]:
 
 _MEMORY_FROM_ENV = {
     "EMBEDDER": ("MEMORY_EMBEDDER", lambda name: env.str(name).strip()),
-    "EMBED_BATCH_SIZE": ("MEMORY_EMBED_BATCH_SIZE", lambda name: _int(name, 64, minimum=1)),
+    "EMBED_BATCH_SIZE": ("MEMORY_EMBED_BATCH_SIZE", _at_least(1)),
     "OPENAI_EMBED_TIMEOUT": ("MEMORY_OPENAI_EMBED_TIMEOUT", _float),
-    "OPENAI_EMBED_RETRIES": ("MEMORY_OPENAI_EMBED_RETRIES", lambda name: _int(name, 2, minimum=0)),
+    "OPENAI_EMBED_RETRIES": ("MEMORY_OPENAI_EMBED_RETRIES", _at_least(0)),
     "HOT_INDEX_ALGORITHM": ("MEMORY_HOT_INDEX_ALGORITHM", _hot_algorithm),
     "REDIS_QUICK_TIMEOUT": ("MEMORY_REDIS_QUICK_TIMEOUT", _float),
-    "HOT_QUERY_TIMEOUT_MS": ("MEMORY_HOT_QUERY_TIMEOUT_MS", lambda name: _int(name, 500, minimum=1)),
+    "HOT_QUERY_TIMEOUT_MS": ("MEMORY_HOT_QUERY_TIMEOUT_MS", _at_least(1)),
     "USAGE_FLUSH_SECONDS": ("MEMORY_USAGE_FLUSH_SECONDS", _float),
-    "SEARCH_FEEDBACK_DOCS": ("MEMORY_SEARCH_FEEDBACK_DOCS", lambda name: _int(name, 0, minimum=0)),
+    "SEARCH_FEEDBACK_DOCS": ("MEMORY_SEARCH_FEEDBACK_DOCS", _at_least(0)),
     "SEARCH_FEEDBACK_WEIGHT": ("MEMORY_SEARCH_FEEDBACK_WEIGHT", _float),
     "SEARCH_TIME_BOOST": ("MEMORY_SEARCH_TIME_BOOST", _float),
-    "SEARCH_HOPS": ("MEMORY_SEARCH_HOPS", lambda name: _bool(name, False)),
+    "SEARCH_HOPS": ("MEMORY_SEARCH_HOPS", lambda name: _bool(name, default=False)),
     "SEARCH_HOP_WEIGHT": ("MEMORY_SEARCH_HOP_WEIGHT", _float),
-    "SEARCH_MAX_TOKENS": ("MEMORY_SEARCH_MAX_TOKENS", lambda name: _int(name, 650, minimum=0)),
-    "SNIPPET_NEIGHBOURS": ("MEMORY_SNIPPET_NEIGHBOURS", lambda name: _int(name, 1, minimum=0)),
+    "SEARCH_MAX_TOKENS": ("MEMORY_SEARCH_MAX_TOKENS", _at_least(0)),
+    "SNIPPET_NEIGHBOURS": ("MEMORY_SNIPPET_NEIGHBOURS", _at_least(0)),
     "RATE_LIMIT": ("MEMORY_RATE_LIMIT", _rate),
     "TENANT_RATE_LIMIT": ("MEMORY_TENANT_RATE_LIMIT", _rate),
     "AUTH_FAILURE_LIMIT": ("MEMORY_AUTH_FAILURE_LIMIT", _rate),
     "LOGIN_USER_FAILURE_LIMIT": ("MEMORY_LOGIN_USER_FAILURE_LIMIT", _rate),
     "TRUSTED_PROXIES": ("MEMORY_TRUSTED_PROXIES", _networks),
-    "SNAPSHOT_KEEP_DAYS": ("MEMORY_SNAPSHOT_KEEP_DAYS", lambda name: _int(name, 90, minimum=1)),
-    "MAX_IMPORT_BYTES": ("MEMORY_MAX_IMPORT_BYTES", lambda name: _int(name, 64 * 1024 * 1024, minimum=1024)),
+    "SNAPSHOT_KEEP_DAYS": ("MEMORY_SNAPSHOT_KEEP_DAYS", _at_least(1)),
+    "MAX_IMPORT_BYTES": ("MEMORY_MAX_IMPORT_BYTES", _at_least(1024)),
 }
 MEMORY = {key: read(name) for key, (name, read) in _MEMORY_FROM_ENV.items() if env.str(name, default="")}
 

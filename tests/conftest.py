@@ -129,13 +129,13 @@ def pk(public_id: str) -> int:
     """The internal id of the episode the API calls ``public_id`` (services and rows use it)."""
     from episodes.models import Episode
 
-    return Episode.objects.values_list("pk", flat=True).get(public_id=public_id)
+    return Episode.objects.across_tenants("test").values_list("pk", flat=True).get(public_id=public_id)
 
 
 def turn_pk(public_id: str) -> int:
     from episodes.models import Turn
 
-    return Turn.objects.values_list("pk", flat=True).get(public_id=public_id)
+    return Turn.objects.across_tenants("test").values_list("pk", flat=True).get(public_id=public_id)
 
 
 def unit_vectors(count: int, seed: int = 0, dim: int = 384):

@@ -83,7 +83,7 @@ def packed_turns(tenant_id: str) -> int:
     return turn_counts(tenant_id)[1]
 
 
-def holding(tenant_id: Any, layers: tuple[str, ...]) -> int | None:
+def layers_version_if_any(tenant_id: Any, layers: tuple[str, ...]) -> int | None:
     """The tenant's ``layers_version`` when it has any episode in these layers (any state), else
     None.
 

@@ -172,7 +172,7 @@ class MemoryPolicyAdmin(TenantScopedAdmin):
         saved = get_object_or_404(self.get_queryset(request).select_related("tenant"), pk=object_id)
         if not self.has_change_permission(request, saved):
             raise PermissionDenied
-        edited = MemoryPolicy.objects.select_related("tenant").get(pk=saved.pk)
+        edited = MemoryPolicy.objects.for_tenant(saved.tenant_id).select_related("tenant").get(pk=saved.pk)
         form = self.get_form(request, edited)(request.POST, instance=edited)
         context: dict[str, Any] = {
             **self.admin_site.each_context(request),

@@ -18,7 +18,7 @@ from episodes import curation, public_ids
 from episodes import selectors as episode_selectors
 from episodes import services as episode_services
 from episodes.api import serializers as episode_serializers
-from episodes.api.views import named, not_found
+from episodes.api.lookups import episode_or_404, not_found
 from episodes.services import MemoryInput, TurnInput
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict, Gone, OverQuota, PayloadTooLarge
@@ -168,7 +168,7 @@ class MemoryAnchorView(TenantAPIView):
         try:
             episode = services.episode_pin(
                 tenant=self.tenant,
-                episode_id=named(self.tenant, episode_id).pk,
+                episode_id=episode_or_404(self.tenant, episode_id).pk,
                 anchor=anchor,
                 now=timezone.now(),
                 actor=self.actor,
@@ -208,7 +208,7 @@ class MemoryRestoreView(TenantAPIView):
         try:
             episode = services.episode_restore(
                 tenant=self.tenant,
-                episode_id=named(self.tenant, episode_id).pk,
+                episode_id=episode_or_404(self.tenant, episode_id).pk,
                 now=timezone.now(),
                 actor=self.actor,
             )
@@ -365,7 +365,7 @@ class MemoryLinksView(TenantAPIView):
         serializer = episode_serializers.LinkInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
-        source, target = named(self.tenant, episode_id), named(self.tenant, d["target_id"])
+        source, target = episode_or_404(self.tenant, episode_id), episode_or_404(self.tenant, d["target_id"])
         if source.pk == target.pk:
             raise Conflict("a memory cannot link to itself")
         try:
@@ -391,7 +391,7 @@ class MemoryLinksView(TenantAPIView):
         serializer = episode_serializers.LinkDeleteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
-        source, target = named(self.tenant, episode_id), named(self.tenant, d["target_id"])
+        source, target = episode_or_404(self.tenant, episode_id), episode_or_404(self.tenant, d["target_id"])
         try:
             deleted = services.link_remove(
                 tenant=self.tenant,

@@ -27,14 +27,14 @@ def withdraw_crossing_merges(apps, schema_editor, now=None):
     crossing = Q()
     for name in SCOPE:
         crossing |= ~Q(**{f"episode__{name}": F(f"other__{name}")})
-    pending = Candidate.objects.filter(kind="merge", status="proposed").filter(crossing)
+    pending = Candidate._base_manager.filter(kind="merge", status="proposed").filter(crossing)
     for candidate in pending.select_related("episode", "other").order_by("pk"):
         candidate.status = "rejected"
         candidate.decided_at = now
         candidate.decided_by = ACTOR
         candidate.note = NOTE
         candidate.save(update_fields=["status", "decided_at", "decided_by", "note"])
-        JournalEntry.objects.create(
+        JournalEntry._base_manager.create(
             tenant_id=candidate.tenant_id,
             created_at=now,
             action=ACTION,
@@ -56,10 +56,10 @@ def withdraw_crossing_merges(apps, schema_editor, now=None):
 def reopen_withdrawn_merges(apps, schema_editor, now=None):
     Candidate = apps.get_model("lifecycle", "Candidate")
     JournalEntry = apps.get_model("lifecycle", "JournalEntry")
-    withdrawn = Candidate.objects.filter(kind="merge", status="rejected", decided_by=ACTOR)
+    withdrawn = Candidate._base_manager.filter(kind="merge", status="rejected", decided_by=ACTOR)
     ids = list(withdrawn.values_list("pk", flat=True))
     withdrawn.update(status="proposed", decided_at=None, decided_by="", note="")
-    JournalEntry.objects.filter(
+    JournalEntry._base_manager.filter(
         action=ACTION, actor=ACTOR, after__candidate_id__in=ids, rolled_back_at__isnull=True
     ).update(rolled_back_at=now or timezone.now())
 

@@ -310,7 +310,9 @@ def _overwrite(
         return False
     before = snapshot(episode, changed)
     values = {name: e.fields[name] for name in changed}
-    Episode.objects.filter(pk=episode.pk).update(version=F("version") + 1, needs_reindex=True, **values)
+    Episode.objects.for_tenant(episode.tenant_id).filter(pk=episode.pk).update(
+        version=F("version") + 1, needs_reindex=True, **values
+    )
     created = Turn.objects.bulk_create(rows)
     journal_record(
         tenant=tenant,

@@ -6,7 +6,9 @@
    to every service and selector it calls; ids from the path or body are only ever looked up
    together with it.
 3. Every store takes the tenant apart from the filter (``episodes.scope.Scope`` has no tenant
-   field) and puts it in every statement: the ORM through ``for_tenant``, the warm/cold and by-id
+   field) and puts it in every statement: the ORM refuses a query on a tenant-owned model that
+   names no tenant (``memory_platform.tenancy.scoping``: ``for_tenant``, or ``across_tenants`` with
+   a reason in the few places that must cross, which one test lists), the warm/cold and by-id
    statements with ``tenant_id = %s`` in their WHERE (``episodes.stores.archive``,
    ``episodes.stores.rows``), Redis through the tenant's own index over its own key prefix, with
    the tenant tag in every query as well (``episodes.stores.hot``).

@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
@@ -17,6 +18,7 @@ from rest_framework_api_key.models import APIKey
 from ..admin_base import ReadOnlyAdmin, TenantScopedAdmin, admin_actor
 from .audit import key_uses_of
 from .models import ApiKey, AuditEvent, Tenant, TenantOperator
+from .scoping import across_tenants
 from .services import api_key_add, api_key_revoke, api_key_rotate
 
 #: The grace periods the console offers a rotated key: (minutes, label).
@@ -218,6 +220,12 @@ class TenantOperatorAdmin(admin.ModelAdmin):
     list_filter = ("tenant",)
     list_select_related = ("user", "tenant")
     autocomplete_fields = ("tenant",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[TenantOperator]:
+        queryset = super().get_queryset(request)
+        if not request.user.is_superuser:
+            return queryset.none()
+        return across_tenants(queryset, "console: a superuser assigns operators to every tenant")
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.is_superuser)

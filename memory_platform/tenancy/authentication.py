@@ -73,7 +73,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("expired API key")
         now = timezone.now()
         if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
-            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+            ApiKey.objects.for_tenant(key.tenant_id).filter(pk=key.pk).update(last_used_at=now)
         key_used(key)  # every request, in Redis: a count in Postgres would make each read a write
         request.tenant = key.tenant  # type: ignore[attr-defined]
         return (None, key)

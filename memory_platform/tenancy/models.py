@@ -16,6 +16,7 @@ from rest_framework_api_key.models import AbstractAPIKey, BaseAPIKeyManager
 from memory_platform.conf import DEFAULTS, memory_settings
 from memory_platform.openai_compat import validate_base_url
 from memory_platform.ratelimit import Rate
+from memory_platform.tenancy.scoping import TenantScopedManager, TenantScopedQuerySet
 
 SCOPES = ("read", "write", "admin")
 
@@ -124,9 +125,11 @@ def default_scopes() -> list[str]:
     return ["read", "write"]
 
 
-class ApiKeyManager(BaseAPIKeyManager):
+class ApiKeyManager(BaseAPIKeyManager.from_queryset(TenantScopedQuerySet)):  # type: ignore[misc]
     def get_usable_keys(self) -> models.QuerySet:
-        return super().get_usable_keys().filter(tenant__is_active=True).select_related("tenant")
+        # A key is looked up before its tenant is known: the key names the tenant.
+        usable = self.get_queryset().across_tenants("authentication: a key names its own tenant")
+        return usable.filter(revoked=False, tenant__is_active=True).select_related("tenant")
 
 
 class ApiKey(AbstractAPIKey):
@@ -165,6 +168,8 @@ class TenantOperator(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="operated")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="operators")
 
+    objects = TenantScopedManager()
+
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="operator_once_per_tenant")]
 
@@ -186,6 +191,8 @@ class AuditEvent(models.Model):
     actor = models.CharField(max_length=100, help_text="admin:<user>, api:<key prefix>, cli, service")
     action = models.CharField(max_length=40)
     detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+
+    objects = TenantScopedManager()
 
     class Meta:
         ordering = ("-at", "-id")

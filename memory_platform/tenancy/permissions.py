@@ -10,7 +10,10 @@ from rest_framework.request import Request
 from .models import ApiKey
 
 
-class HasTenant(permissions.BasePermission):
+class KeyHasScope(permissions.BasePermission):
+    """The request came with an API key (which names its tenant) holding the scope the view needs:
+    ``required_scope``, else read for safe methods and write for the others."""
+
     message = "this API key lacks the scope this call needs"
 
     def has_permission(self, request: Request, view: Any) -> bool:

@@ -65,7 +65,7 @@ def api_key_add(*, key: ApiKey, actor: str, now: datetime) -> str:
 @transaction.atomic
 def api_key_revoke(*, key: ApiKey, actor: str, now: datetime) -> bool:
     """Revoke ``key`` for good; False when it was revoked already (and nothing is recorded)."""
-    if not ApiKey.objects.filter(pk=key.pk, revoked=False).update(revoked=True):
+    if not ApiKey.objects.for_tenant(key.tenant_id).filter(pk=key.pk, revoked=False).update(revoked=True):
         return False
     key.revoked = True
     audit_record(
@@ -88,10 +88,10 @@ def api_key_rotate(
         if grace > timedelta(0):
             ends = now + grace
             if key.expiry_date is None or key.expiry_date > ends:
-                ApiKey.objects.filter(pk=key.pk).update(expiry_date=ends)
+                ApiKey.objects.for_tenant(key.tenant_id).filter(pk=key.pk).update(expiry_date=ends)
                 key.expiry_date = ends
         else:
-            ApiKey.objects.filter(pk=key.pk).update(revoked=True)
+            ApiKey.objects.for_tenant(key.tenant_id).filter(pk=key.pk).update(revoked=True)
             key.revoked = True
         audit_record(
             tenant=key.tenant,

@@ -11,8 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from episodes import public_ids, selectors
+from episodes.api.lookups import episode_or_404, episodes_or_404, not_found
 from episodes.api.serializers import filter_scope
-from episodes.api.views import named, named_all, not_found
 from episodes.services import EpisodeNotFound
 from lifecycle import services as lifecycle_services
 from memory_platform.api.base import TenantAPIView
@@ -59,7 +59,7 @@ class MemoryDetailView(TenantAPIView):
         try:
             episode = lifecycle_services.forget_journaled(
                 tenant=self.tenant,
-                episode_id=named(self.tenant, episode_id).pk,
+                episode_id=episode_or_404(self.tenant, episode_id).pk,
                 now=timezone.now(),
                 actor=self.actor,
             )
@@ -180,7 +180,11 @@ class UnpackView(TenantAPIView):
     def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
         try:
             return Response(
-                unpack(tenant=self.tenant, episode_id=named(self.tenant, episode_id).pk, now=timezone.now())
+                unpack(
+                    tenant=self.tenant,
+                    episode_id=episode_or_404(self.tenant, episode_id).pk,
+                    now=timezone.now(),
+                )
             )
         except EpisodeNotFound:
             raise not_found(episode_id) from None
@@ -202,7 +206,7 @@ class FeedbackView(TenantAPIView):
         serializer = s.FeedbackInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
-        used, unused = named_all(self.tenant, d["used"]), named_all(self.tenant, d["unused"])
+        used, unused = episodes_or_404(self.tenant, d["used"]), episodes_or_404(self.tenant, d["unused"])
         both = sorted({n.public_id for n in used} & {n.public_id for n in unused})
         if both:
             raise Conflict(f"memories {both[:10]} are both used and unused")

@@ -54,7 +54,9 @@ def test_what_a_tenant_is_shown_does_not_count_other_tenants_writes(caller, outs
     first, second = write_two_memories_around(caller, outsider, others_writes=25)
     # Internally, the outsider's 25 writes came in between (the integer ids count them) ...
     assert (
-        Episode.objects.get(public_id=second["id"]).pk - Episode.objects.get(public_id=first["id"]).pk == 26
+        Episode.objects.across_tenants("test").get(public_id=second["id"]).pk
+        - Episode.objects.across_tenants("test").get(public_id=first["id"]).pk
+        == 26
     )
     # ... but what the caller is shown is random after its timestamp: no counter to read.
     a, b = (random_part(i) for i in (first["id"], second["id"]))
@@ -75,8 +77,8 @@ def test_what_a_tenant_is_shown_does_not_count_other_tenants_writes(caller, outs
         caller.post("/api/v1/forget", {"kind": "fact", "dry_run": True}).json(),
         caller.delete(f"/api/v1/memories/{second['id']}").json(),
     ]
-    internal = {str(pk) for pk in Episode.objects.values_list("pk", flat=True)}
-    internal |= {str(pk) for pk in Turn.objects.values_list("pk", flat=True)}
+    internal = {str(pk) for pk in Episode.objects.across_tenants("test").values_list("pk", flat=True)}
+    internal |= {str(pk) for pk in Turn.objects.across_tenants("test").values_list("pk", flat=True)}
     shown = [str(i) for answer in answers for i in shown_ids(answer)]
     assert len(shown) >= 20
     assert all(ULID.fullmatch(i) for i in shown), shown
@@ -86,7 +88,7 @@ def test_what_a_tenant_is_shown_does_not_count_other_tenants_writes(caller, outs
 def test_old_integer_ids_and_lower_case_name_the_same_memory(caller, outsider):
     memory = caller.post("/api/v1/memories", {"text": "the spare key is under the blue pot"}).json()
     other = caller.post("/api/v1/memories", {"text": "the door code is 1234"}).json()
-    pk = Episode.objects.get(public_id=memory["id"]).pk
+    pk = Episode.objects.across_tenants("test").get(public_id=memory["id"]).pk
     for name in (pk, memory["id"].lower()):
         assert caller.get(f"/api/v1/memories/{name}").json()["id"] == memory["id"]
     linked = caller.post(f"/api/v1/memories/{pk}/links", {"target_id": other["id"].lower()}).json()

@@ -42,7 +42,9 @@ def test_outsider_lists_nothing(ours, outsider):
 @pytest.mark.parametrize("form", ["public", "legacy"])
 def test_outsider_gets_404_on_our_ids(ours, outsider, caller, method, suffix, data, form):
     a, b = ours if form == "public" else (pk(ours[0]), pk(ours[1]))
-    before = list(Episode.objects.order_by("pk").values_list("pk", "state", "anchor", "version"))
+    before = list(
+        Episode.objects.across_tenants("test").order_by("pk").values_list("pk", "state", "anchor", "version")
+    )
     payload = None
     if data == "self-target":
         own = outsider.post("/api/v1/memories", {"text": "outsider note"}).json()["id"]
@@ -54,7 +56,7 @@ def test_outsider_gets_404_on_our_ids(ours, outsider, caller, method, suffix, da
         # our id as the target of the outsider's own memory
         response = getattr(outsider, method)(f"/api/v1/memories/{own}{suffix}", {"target_id": a})
         assert response.status_code == 404
-        assert not Link.objects.filter(dst_id=pk(ours[0])).exists()
+        assert not Link.objects.across_tenants("test").filter(dst_id=pk(ours[0])).exists()
         return
     path = f"/api/v1/memories/{a}{suffix}"
     response = (
@@ -62,13 +64,15 @@ def test_outsider_gets_404_on_our_ids(ours, outsider, caller, method, suffix, da
     )
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
-    after = list(Episode.objects.order_by("pk").values_list("pk", "state", "anchor", "version"))
+    after = list(
+        Episode.objects.across_tenants("test").order_by("pk").values_list("pk", "state", "anchor", "version")
+    )
     assert after == before
 
 
 def test_outsider_finds_nothing_in_the_hot_store(ours, outsider):
     a = pk(ours[0])
-    vector = Episode.objects.get(pk=a).embedding
+    vector = Episode.objects.across_tenants("test").get(pk=a).embedding
     store = hot_store()
     vector_hits, text_hits, _ = store.search(
         outsider.tenant.id.hex,
@@ -81,7 +85,7 @@ def test_outsider_finds_nothing_in_the_hot_store(ours, outsider):
     assert store.episode_ids(outsider.tenant.id.hex) == set()
     # and the owner does find it, so the query itself works
     mine, _, _ = store.search(
-        Episode.objects.get(pk=a).tenant.id.hex,
+        Episode.objects.across_tenants("test").get(pk=a).tenant.id.hex,
         vector=vector,
         text=None,
         scope=Scope(states=("active",)),

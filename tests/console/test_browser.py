@@ -156,7 +156,11 @@ def test_review_a_merge_candidate_and_roll_back_its_journal_entry(browser_page, 
     assert merged.state == "forgotten"  # soft: forgotten, linked to the survivor, journaled
 
     # the journal: roll the merge back, through a page that says what will change
-    entry = JournalEntry.objects.filter(tenant=acme, episode=merged, action="merge").latest("pk")
+    entry = (
+        JournalEntry.objects.across_tenants("test")
+        .filter(tenant=acme, episode=merged, action="merge")
+        .latest("pk")
+    )
     page.goto(f"{live_server.url}/admin/lifecycle/journalentry/?tenant__id__exact={acme.pk}")
     page.check(f'input[name="_selected_action"][value="{entry.pk}"]')
     page.select_option('select[name="action"]', "roll_back")

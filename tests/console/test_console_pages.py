@@ -42,7 +42,7 @@ def test_a_saved_change_is_recorded_with_who_and_old_and_new_values(admin_client
     url = f"/admin/lifecycle/memorypolicy/{policy.pk}/change/"
     response = admin_client.post(url, form_data(policy, hot_days=7, llm_api_key="sk-secret"))
     assert response.status_code == 302, response.content.decode()[:2000]
-    change = PolicyChange.objects.get(tenant=aged)
+    change = PolicyChange.objects.across_tenants("test").get(tenant=aged)
     assert change.actor == "admin:op"
     assert change.changes["hot_days"] == [14, 7]
     assert change.changes["llm_api_key"] == ["(empty)", "(set)"]  # never the secret itself
@@ -57,7 +57,11 @@ def test_a_saved_change_is_recorded_with_who_and_old_and_new_values(admin_client
 
 def test_the_preview_shows_the_moves_of_the_entered_values_and_saves_nothing(admin_client, aged):
     policy = policy_for(aged)
-    before = (TickRun.objects.count(), JournalEntry.objects.count(), policy.hot_days)
+    before = (
+        TickRun.objects.across_tenants("test").count(),
+        JournalEntry.objects.across_tenants("test").count(),
+        policy.hot_days,
+    )
     response = admin_client.post(
         f"/admin/lifecycle/memorypolicy/{policy.pk}/preview/", form_data(policy, hot_days=3)
     )
@@ -65,7 +69,11 @@ def test_the_preview_shows_the_moves_of_the_entered_values_and_saves_nothing(adm
     assert response.status_code == 200, page[:2000]
     assert 'data-move="hot_to_warm"' in page and 'data-kind="hot_to_warm"' in page
     assert "<td>hot_days</td><td>14</td><td>3</td>" in page
-    assert (TickRun.objects.count(), JournalEntry.objects.count(), policy_for(aged).hot_days) == before
+    assert (
+        TickRun.objects.across_tenants("test").count(),
+        JournalEntry.objects.across_tenants("test").count(),
+        policy_for(aged).hot_days,
+    ) == before
 
     invalid = admin_client.post(
         f"/admin/lifecycle/memorypolicy/{policy.pk}/preview/", form_data(policy, hot_days=-1)

@@ -47,7 +47,11 @@ def test_an_operator_of_a_sees_nothing_of_b(client):
     a, b = tenant_with_everything("alpha-co"), tenant_with_everything("bravo-co")
     operator_of(a, "op-a")
     assert client.login(username="op-a", password=PASSWORD)
-    secrets_of_b = [b.name, str(b.pk), *Episode.objects.filter(tenant=b).values_list("public_id", flat=True)]
+    secrets_of_b = [
+        b.name,
+        str(b.pk),
+        *Episode.objects.across_tenants("test").filter(tenant=b).values_list("public_id", flat=True),
+    ]
     pages = [
         "/admin/",
         f"/admin/tenants/{a.pk}/dashboard/",
@@ -74,13 +78,13 @@ def test_an_operator_of_a_sees_nothing_of_b(client):
         assert not leaked, (page, leaked)
 
     # B by id: not there
-    b_episode = Episode.objects.filter(tenant=b).first()
+    b_episode = Episode.objects.across_tenants("test").filter(tenant=b).first()
     for page in (
         f"/admin/tenants/{b.pk}/dashboard/",
         f"/admin/tenancy/tenant/{b.pk}/change/",
         f"/admin/episodes/episode/{b_episode.pk}/change/",
         f"/admin/lifecycle/memorypolicy/{policy_for(b).pk}/change/",
-        f"/admin/lifecycle/journalentry/{JournalEntry.objects.filter(tenant=b).first().pk}/change/",
+        f"/admin/lifecycle/journalentry/{JournalEntry.objects.across_tenants('test').filter(tenant=b).first().pk}/change/",
     ):
         response = client.get(page, follow=True)
         assert response.status_code == 404 or b.name not in response.content.decode(), page
@@ -89,15 +93,15 @@ def test_an_operator_of_a_sees_nothing_of_b(client):
     assert client.post(f"/admin/lifecycle/memorypolicy/{policy_for(b).pk}/preview/", {}).status_code == 404
 
     # actions on B's rows, named in a POST body, touch nothing
-    b_candidate = Candidate.objects.get(tenant=b)
+    b_candidate = Candidate.objects.across_tenants("test").get(tenant=b)
     client.post("/admin/lifecycle/candidate/", {"action": "approve", "_selected_action": [b_candidate.pk]})
-    assert Candidate.objects.get(pk=b_candidate.pk).status == "proposed"
-    b_entry = JournalEntry.objects.filter(tenant=b).first()
+    assert Candidate.objects.across_tenants("test").get(pk=b_candidate.pk).status == "proposed"
+    b_entry = JournalEntry.objects.across_tenants("test").filter(tenant=b).first()
     client.post(
         "/admin/lifecycle/journalentry/",
         {"action": "roll_back", "_selected_action": [b_entry.pk], "confirmed": "yes"},
     )
-    assert JournalEntry.objects.get(pk=b_entry.pk).rolled_back_at is None
+    assert JournalEntry.objects.across_tenants("test").get(pk=b_entry.pk).rolled_back_at is None
     # and a key cannot be made for B
     added = client.post(
         "/admin/tenancy/apikey/add/",

@@ -11,7 +11,11 @@ pytestmark = pytest.mark.django_db
 
 
 def _counts():
-    return Turn.objects.count(), Episode.objects.count(), Link.objects.count()
+    return (
+        Turn.objects.across_tenants("test").count(),
+        Episode.objects.across_tenants("test").count(),
+        Link.objects.across_tenants("test").count(),
+    )
 
 
 def _good_turn(**overrides):

@@ -59,28 +59,39 @@ def test_the_migration_gives_earlier_chinese_rows_their_characters():
     ).json()
     episode_id = pk(body["episode_ids"][0])
     episode_pack(tenant=caller.tenant, episode_id=episode_id, layer="warm", now=timezone.now(), actor="test")
-    episode = Episode.objects.get(pk=episode_id)
+    episode = Episode.objects.across_tenants("test").get(pk=episode_id)
     search_text_now = episode.search_text.split()
     assert "猫" in search_text_now
 
     call_command("migrate", "episodes", "0018", verbosity=0)  # the reverse leaves the rows as they are
     # The rows as the earlier release left them: words alone, and the vectors computed from them.
     # (Rows are read by column: the model's later fields are not in this schema.)
-    for turn_id, text in Turn.objects.filter(episode_id=episode_id).values_list("pk", "text"):
-        Turn.objects.filter(pk=turn_id).update(index_text=words_alone(text))
+    for turn_id, text in (
+        Turn.objects.across_tenants("test").filter(episode_id=episode_id).values_list("pk", "text")
+    ):
+        Turn.objects.across_tenants("test").filter(pk=turn_id).update(index_text=words_alone(text))
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE episodes_turn SET packed = true WHERE packed AND episode_id = %s", [episode_id]
         )
-    Episode.objects.filter(pk=episode_id).update(search_text=without_characters(search_text_now))
+    Episode.objects.across_tenants("test").filter(pk=episode_id).update(
+        search_text=without_characters(search_text_now)
+    )
     window = "SELECT window_vector FROM episodes_turn WHERE episode_id = %s"
     assert "'猫'" not in lexemes(window, [episode_id])
     assert "'猫'" not in lexemes("SELECT search_vector FROM episodes_episode WHERE id = %s", [episode_id])
 
     call_command("migrate", "episodes", "0019", verbosity=0)
-    for text, index_text in Turn.objects.filter(episode_id=episode_id).values_list("text", "index_text"):
+    for text, index_text in (
+        Turn.objects.across_tenants("test").filter(episode_id=episode_id).values_list("text", "index_text")
+    ):
         assert index_text == language.index_text(text)
-    search_text = Episode.objects.filter(pk=episode_id).values_list("search_text", flat=True).get()
+    search_text = (
+        Episode.objects.across_tenants("test")
+        .filter(pk=episode_id)
+        .values_list("search_text", flat=True)
+        .get()
+    )
     assert search_text.split() == search_text_now
     # Both vectors were computed again by their triggers: the first turn's window holds "猫"
     # from its own text, the second's from its neighbour's.

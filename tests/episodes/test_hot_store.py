@@ -40,7 +40,7 @@ def ingest_texts(caller, session, texts, vectors):
     )
     assert body.status_code == 201, body.json()
     shown = [t["id"] for t in body.json()["turns"]]
-    pks = dict(Turn.objects.filter(public_id__in=shown).values_list("public_id", "pk"))
+    pks = dict(Turn.objects.across_tenants("test").filter(public_id__in=shown).values_list("public_id", "pk"))
     return [pks[public_id] for public_id in shown]
 
 
@@ -303,7 +303,9 @@ def test_collecting_garbage_takes_removed_documents_out_of_bm25s_statistics(prov
     )
     tenant_hex = provided.tenant.id.hex
     store = hot_store()
-    for episode_id, turn_id in Turn.objects.filter(pk__in=gone).values_list("episode_id", "pk"):
+    for episode_id, turn_id in (
+        Turn.objects.across_tenants("test").filter(pk__in=gone).values_list("episode_id", "pk")
+    ):
         store.remove_episode(tenant_hex, episode_id, [turn_id])
     # The same eight texts in a tenant that never held the others: the statistics to expect.
     fresh = Caller("fresh-co", embedder="provided")
@@ -408,7 +410,11 @@ def test_a_turn_arriving_in_a_long_session_rewrites_only_what_changed(provided):
 
     for i in range(8):
         say(f"note {i} about the orchard and its pears")
-    episode_ids = set(Turn.objects.filter(tenant=provided.tenant).values_list("episode_id", flat=True))
+    episode_ids = set(
+        Turn.objects.across_tenants("test")
+        .filter(tenant=provided.tenant)
+        .values_list("episode_id", flat=True)
+    )
     assert len(episode_ids) == 1
     before = written()
     say("the ninth note, about quinces")

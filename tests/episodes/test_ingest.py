@@ -39,19 +39,29 @@ def test_a_thousand_turns_are_durable_and_every_hot_episode_is_findable(provided
         assert len(body["turns"]) == 100
         turn_ids.extend(t["id"] for t in body["turns"])
 
-    assert Turn.objects.filter(tenant=provided.tenant).count() == 1000
+    assert Turn.objects.across_tenants("test").filter(tenant=provided.tenant).count() == 1000
     # ids answer in input order, and each turn's text is the one sent at that position
-    texts = dict(Turn.objects.filter(public_id__in=turn_ids).values_list("public_id", "text"))
+    texts = dict(
+        Turn.objects.across_tenants("test").filter(public_id__in=turn_ids).values_list("public_id", "text")
+    )
     expected = [f"turn {i} about topic {i // 10} in s{(i - i % 100) // 250}" for i in range(1000)]
     assert [texts[t] for t in turn_ids] == expected
 
-    episodes = set(Episode.objects.filter(tenant=provided.tenant, layer="hot").values_list("pk", flat=True))
-    assert episodes and Episode.objects.filter(tenant=provided.tenant, needs_reindex=True).count() == 0
+    episodes = set(
+        Episode.objects.across_tenants("test")
+        .filter(tenant=provided.tenant, layer="hot")
+        .values_list("pk", flat=True)
+    )
+    assert (
+        episodes
+        and Episode.objects.across_tenants("test").filter(tenant=provided.tenant, needs_reindex=True).count()
+        == 0
+    )
     store = hot_store()
     assert store.episode_ids(provided.tenant.id.hex) == episodes
     assert store.count(provided.tenant.id.hex) == 1000
     # every episode is reachable by a vector query restricted to it
-    sample = Episode.objects.filter(tenant=provided.tenant).order_by("?")[:10]
+    sample = Episode.objects.across_tenants("test").filter(tenant=provided.tenant).order_by("?")[:10]
     for episode in sample:
         first = episode.turns.order_by("seq").first()
         hits, _, _ = store.search(
@@ -81,9 +91,11 @@ def test_segmentation_splits_on_max_turns_gap_and_boundary(provided):
     after = provided.post("/api/v1/turns", {"turns": boundary}).json()["turns"][0]
     assert after["episode_id"] != episode_of[13]
     # consecutive episodes of a session are linked by `continues`
-    assert Link.objects.filter(
-        src_id=pk(after["episode_id"]), dst_id=pk(episode_of[13]), kind="continues"
-    ).exists()
+    assert (
+        Link.objects.across_tenants("test")
+        .filter(src_id=pk(after["episode_id"]), dst_id=pk(episode_of[13]), kind="continues")
+        .exists()
+    )
     # sequence numbers keep counting across batches
     assert after["seq"] == 15
 
@@ -100,7 +112,7 @@ def test_local_embedder_ingest_extracts_entities_and_decisions(caller):
         },
     )
     assert response.status_code == 201
-    episode = Episode.objects.get(public_id=response.json()["episode_ids"][0])
+    episode = Episode.objects.across_tenants("test").get(public_id=response.json()["episode_ids"][0])
     assert {"Frankfurt", "Dublin", "3 May 2026"} <= set(episode.entities)
     assert episode.decisions == ["We decided to deploy to Frankfurt first, then Dublin."]
     assert episode.embedding is not None
@@ -121,7 +133,7 @@ def test_occurred_at_defaults_to_now_and_is_kept_apart_from_ingest_time(caller):
             ]
         },
     ).json()
-    old, fresh = (Turn.objects.get(public_id=t["id"]) for t in body["turns"])
+    old, fresh = (Turn.objects.across_tenants("test").get(public_id=t["id"]) for t in body["turns"])
     assert old.occurred_at == datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)
     assert old.ingested_at > old.occurred_at + timedelta(days=365)
     assert abs((fresh.occurred_at - fresh.ingested_at).total_seconds()) < 5
@@ -134,11 +146,11 @@ def test_async_ingest_is_durable_and_the_task_indexes(caller):
         "/api/v1/turns", {"async": True, "turns": [{"role": "user", "text": "queued text"}]}
     ).json()
     episode_id = pk(body["episode_ids"][0])
-    assert Turn.objects.filter(public_id=body["turns"][0]["id"]).exists()
+    assert Turn.objects.across_tenants("test").filter(public_id=body["turns"][0]["id"]).exists()
     assert hot_store().episode_ids(caller.tenant.id.hex) == set()
     index_episodes([episode_id], tenant_id=str(caller.tenant.id))  # what the worker runs
     assert hot_store().episode_ids(caller.tenant.id.hex) == {episode_id}
-    assert Turn.objects.get(public_id=body["turns"][0]["id"]).embedding is not None
+    assert Turn.objects.across_tenants("test").get(public_id=body["turns"][0]["id"]).embedding is not None
 
 
 def test_redis_down_during_ingest_still_201_and_rebuild_hot_restores(provided):
@@ -154,15 +166,19 @@ def test_redis_down_during_ingest_still_201_and_rebuild_hot_restores(provided):
     finally:
         server.start()
     get_redis().connection_pool.disconnect()
-    assert Turn.objects.filter(tenant=provided.tenant).count() == 20
+    assert Turn.objects.across_tenants("test").filter(tenant=provided.tenant).count() == 20
     marked = set(
-        Episode.objects.filter(tenant=provided.tenant, needs_reindex=True).values_list("pk", flat=True)
+        Episode.objects.across_tenants("test")
+        .filter(tenant=provided.tenant, needs_reindex=True)
+        .values_list("pk", flat=True)
     )
     assert marked and hot_store().episode_ids(provided.tenant.id.hex) == set()
     call_command("rebuild_hot", tenant=provided.tenant.name)
     assert hot_store().episode_ids(provided.tenant.id.hex) == marked
     assert hot_store().count(provided.tenant.id.hex) == 20
-    assert not Episode.objects.filter(tenant=provided.tenant, needs_reindex=True).exists()
+    assert (
+        not Episode.objects.across_tenants("test").filter(tenant=provided.tenant, needs_reindex=True).exists()
+    )
 
 
 def test_turns_written_while_redis_was_down_heal_without_a_rebuild(provided):

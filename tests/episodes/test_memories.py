@@ -45,7 +45,9 @@ def test_forget_hides_everywhere_and_restore_brings_back(caller):
     assert caller.get(f"/api/v1/memories/{episode_id}").status_code == 404
     assert caller.get("/api/v1/memories").json()["results"] == []
     assert hot_store().episode_ids(caller.tenant.id.hex) == set()
-    assert Episode.objects.filter(public_id=episode_id).exists()  # kept for the grace period
+    assert (
+        Episode.objects.across_tenants("test").filter(public_id=episode_id).exists()
+    )  # kept for the grace period
     forgotten = caller.get("/api/v1/memories", {"state": "forgotten"}).json()["results"]
     assert [m["id"] for m in forgotten] == [episode_id]
 
@@ -75,7 +77,7 @@ def test_links_and_anchor(caller):
     assert detail["counters"]["in_degree"] == 1
     assert detail["links"]["in"] == [{"episode_id": a, "kind": "references"}]
     assert caller.delete(f"/api/v1/memories/{a}/links", {"target_id": b}).status_code == 200
-    assert not Link.objects.filter(src_id=pk(a)).exists()
+    assert not Link.objects.across_tenants("test").filter(src_id=pk(a)).exists()
 
     assert caller.post(f"/api/v1/memories/{a}/anchor").json()["anchor"] is True
     assert caller.delete(f"/api/v1/memories/{a}/anchor").json()["anchor"] is False
@@ -83,7 +85,7 @@ def test_links_and_anchor(caller):
 
 def test_pinning_a_cold_episode_brings_it_back_to_hot(caller):
     episode_id = _memory(caller)["id"]
-    Episode.objects.filter(public_id=episode_id).update(layer="cold")
+    Episode.objects.across_tenants("test").filter(public_id=episode_id).update(layer="cold")
     hot_store().remove_episode(caller.tenant.id.hex, pk(episode_id), [])
     body = caller.post(f"/api/v1/memories/{episode_id}/anchor").json()
     assert body["layer"] == "hot"
@@ -93,5 +95,5 @@ def test_pinning_a_cold_episode_brings_it_back_to_hot(caller):
 def test_provided_vectors_are_stored_normalised(provided):
     vector = (unit_vectors(1, seed=9)[0] * 7).tolist()
     body = _memory(provided, vector=vector)
-    stored = Episode.objects.get(public_id=body["id"]).embedding
+    stored = Episode.objects.across_tenants("test").get(public_id=body["id"]).embedding
     assert abs(sum(v * v for v in stored) - 1.0) < 1e-4

@@ -121,7 +121,7 @@ def test_an_openai_tenant_ingests_and_searches_through_its_server(server, outsid
     acme = openai_caller("acme-openai", server)
     body = turns(acme, "s1", ["We booked the Lisbon venue for the offsite", "Catering is still open"])
     assert body["searchable"] is True and body["reason"] is None, body["reason"]
-    stored = Turn.objects.filter(tenant=acme.tenant).exclude(embedding=None).count()
+    stored = Turn.objects.across_tenants("test").filter(tenant=acme.tenant).exclude(embedding=None).count()
     assert stored == 2 and len(server.requests) >= 2
     found = search(acme, "Lisbon venue offsite", explain=True)
     assert found["degraded"] is False
@@ -147,8 +147,11 @@ def test_with_the_server_down_ingest_is_durable_and_search_answers_from_full_tex
 
     body = turns(acme, "s2", ["The Lisbon venue is booked for the offsite"])  # 201 (asserted by turns)
     assert body["searchable"] is False and "cannot be reached" in body["reason"]
-    turn = Turn.objects.get(tenant=acme.tenant, session_id="s2")
-    assert turn.embedding is None and Episode.objects.get(pk=turn.episode_id).needs_reindex
+    turn = Turn.objects.across_tenants("test").get(tenant=acme.tenant, session_id="s2")
+    assert (
+        turn.embedding is None
+        and Episode.objects.across_tenants("test").get(pk=turn.episode_id).needs_reindex
+    )
     memory = acme.post("/api/v1/memories", {"text": "The offsite budget is 12,000 euros"})
     assert memory.status_code == 201, memory.json()
 
@@ -160,8 +163,10 @@ def test_with_the_server_down_ingest_is_durable_and_search_answers_from_full_tex
     back = EmbeddingsServer(port, dim=256, key="sk-tenant").start()
     try:
         repair_hot_index()
-        assert not Turn.objects.filter(tenant=acme.tenant, embedding=None).exists()
-        assert not Episode.objects.filter(tenant=acme.tenant, needs_reindex=True).exists()
+        assert not Turn.objects.across_tenants("test").filter(tenant=acme.tenant, embedding=None).exists()
+        assert (
+            not Episode.objects.across_tenants("test").filter(tenant=acme.tenant, needs_reindex=True).exists()
+        )
         found = search(acme, "Lisbon venue", explain=True)
         assert found["degraded"] is False and found["results"][0]["explain"]["vector_rank"] is not None
     finally:
@@ -176,7 +181,9 @@ def test_one_tenants_server_down_does_not_stop_the_others_repair(server, no_retr
     other.stop()
     turns(broken, "s1", ["waits for its server"])
     turns(healthy, "s1", ["indexed at once"])
-    Episode.objects.filter(tenant=healthy.tenant).update(needs_reindex=True)
+    Episode.objects.across_tenants("test").filter(tenant=healthy.tenant).update(needs_reindex=True)
     assert repair_hot_index() == 1
-    assert Episode.objects.filter(tenant=broken.tenant, needs_reindex=True).count() == 1
+    assert (
+        Episode.objects.across_tenants("test").filter(tenant=broken.tenant, needs_reindex=True).count() == 1
+    )
     assert embedder_for(broken.tenant) is not embedder_for(healthy.tenant)

@@ -82,7 +82,12 @@ def test_merge_neighbours_cost():
     Episode.objects.bulk_create(episodes, batch_size=1000)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE episodes_episode")
-    ids = list(Episode.objects.filter(tenant=tenant).order_by("pk").values_list("pk", flat=True)[:SCANNED])
+    ids = list(
+        Episode.objects.across_tenants("test")
+        .filter(tenant=tenant)
+        .order_by("pk")
+        .values_list("pk", flat=True)[:SCANNED]
+    )
     print(f"\n{len(episodes)} packed memories, {'one owner' if one_owner else f'{USERS} users'}")
     timed("tenant and kind (before)", lambda: before(tenant, ids))
     timed("owner, without episode_packed_owner", lambda: without_owner_index(tenant, ids))

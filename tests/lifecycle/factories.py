@@ -114,16 +114,20 @@ def memory(
 def assert_consistent(tenant) -> None:
     """Every episode in exactly one tier: Postgres' live hot episodes are exactly the ones in Redis,
     with all their turn documents, and nothing else of the tenant is in Redis."""
-    live_hot = Episode.objects.filter(tenant=tenant, layer=Layer.HOT).exclude(state=State.FORGOTTEN)
+    live_hot = (
+        Episode.objects.across_tenants("test")
+        .filter(tenant=tenant, layer=Layer.HOT)
+        .exclude(state=State.FORGOTTEN)
+    )
     store = hot_store()
     assert store.episode_ids(tenant.id.hex) == set(live_hot.values_list("pk", flat=True))
-    turns = Turn.objects.filter(episode__in=live_hot, embedding__isnull=False).count()
+    turns = Turn.objects.across_tenants("test").filter(episode__in=live_hot, embedding__isnull=False).count()
     assert store.count(tenant.id.hex) == turns
-    assert not Episode.objects.filter(tenant=tenant, needs_reindex=True).exists()
+    assert not Episode.objects.across_tenants("test").filter(tenant=tenant, needs_reindex=True).exists()
 
 
 def layers(tenant) -> dict[int, str]:
-    return dict(Episode.objects.filter(tenant=tenant).values_list("pk", "layer"))
+    return dict(Episode.objects.across_tenants("test").filter(tenant=tenant).values_list("pk", "layer"))
 
 
 def strict_thresholds(tenant) -> None:
@@ -144,9 +148,9 @@ def merge_proposal(tenant):
     a = memory(tenant, text="Budget review moved to Friday.", idle_days=40, vector=near[0])
     b = memory(tenant, text="The budget review is now on Friday.", idle_days=40, vector=near[1])
     tick_run(tenant=tenant, now=NOW)
-    Episode.objects.filter(pk__in=[a, b]).update(layer=Layer.HOT, needs_reindex=True)
+    Episode.objects.across_tenants("test").filter(pk__in=[a, b]).update(layer=Layer.HOT, needs_reindex=True)
     tick_run(tenant=tenant, now=NOW, steps=["repair"])
-    return Candidate.objects.get(tenant=tenant, kind="merge")
+    return Candidate.objects.across_tenants("test").get(tenant=tenant, kind="merge")
 
 
 #: The idle ages of the ``ages`` fixture's conversations (tests/lifecycle/conftest.py).
@@ -166,6 +170,6 @@ def expected_layers(tenant, now):
     """The layer the policy gives each of the tenant's episodes at ``now``."""
     policy = policy_for(tenant)
     out = {}
-    for episode in Episode.objects.filter(tenant=tenant):
+    for episode in Episode.objects.across_tenants("test").filter(tenant=tenant):
         out[episode.pk] = scoring.layer_for(scoring.EpisodeStats.from_episode(episode), policy, now)
     return out

@@ -24,13 +24,13 @@ def test_age_conversation_packs_older_sessions_and_reports_compression(provided)
         # Ingested as the harness does: every episode "last used" at the first session's date.
         pk = conversation(tenant, session=f"session_{number}", idle_days=days, seed=number, texts=LONG)
         first_session = NOW - timedelta(days=ages[0])
-        Episode.objects.filter(pk=pk).update(last_accessed_at=first_session)
+        Episode.objects.across_tenants("test").filter(pk=pk).update(last_accessed_at=first_session)
         sessions.append((number, NOW - timedelta(days=days), []))
         ids.append(pk)
 
     stats = age_conversation(tenant, SimpleNamespace(sample_id="conv-x", sessions=sessions), NOW)
 
-    assert [Episode.objects.get(pk=pk).layer for pk in ids] == ["cold", "warm", "hot"]
+    assert [Episode.objects.across_tenants("test").get(pk=pk).layer for pk in ids] == ["cold", "warm", "hot"]
     assert stats["ticks"] == 4 and stats["tick_errors"] == 0
     assert stats["layers"] == {"cold": 1, "warm": 1, "hot": 1}
     assert_consistent(tenant)

@@ -57,9 +57,9 @@ def deletion_records(name: str) -> list[AuditEvent]:
 def test_delete_tenant_takes_hot_warm_cold_and_the_journal_and_prints_the_receipt(source, outsider):
     tenant = source.tenant
     tenant_id, hex_ = tenant.pk, tenant.pk.hex
-    layers = set(Episode.objects.filter(tenant=tenant).values_list("layer", flat=True))
+    layers = set(Episode.objects.across_tenants("test").filter(tenant=tenant).values_list("layer", flat=True))
     assert layers == {"hot", "warm", "cold"}
-    assert JournalEntry.objects.filter(tenant=tenant).exists()
+    assert JournalEntry.objects.across_tenants("test").filter(tenant=tenant).exists()
     assert redis_holdings(hex_)["keys"] > 0 and redis_holdings(hex_)["indexes"] > 0
     held = rows(tenant)
     queued = source.post(

@@ -39,10 +39,10 @@ COMPARED = [f.name for f in Episode._meta.concrete_fields if f.name != "version"
 
 
 def picture(episode_id: int) -> dict[str, Any]:
-    row = Episode.objects.filter(pk=episode_id).values(*COMPARED).get()
+    row = Episode.objects.across_tenants("test").filter(pk=episode_id).values(*COMPARED).get()
     if row["embedding"] is not None:
         row["embedding"] = [round(float(x), 6) for x in row["embedding"]]
-    links = Link.objects.filter(Q(src_id=episode_id) | Q(dst_id=episode_id))
+    links = Link.objects.across_tenants("test").filter(Q(src_id=episode_id) | Q(dst_id=episode_id))
     tenant_hex = row["tenant"].hex
     store = hot_store()
     return {
@@ -66,7 +66,9 @@ def found(caller, query: str, **extra: Any) -> list[str]:
 
 
 def journaled(episode_id: int, action: str) -> JournalEntry:
-    return JournalEntry.objects.get(episode_id=episode_id, action=action, rolled_back_at__isnull=True)
+    return JournalEntry.objects.across_tenants("test").get(
+        episode_id=episode_id, action=action, rolled_back_at__isnull=True
+    )
 
 
 def roll_back(entry: JournalEntry) -> None:
@@ -104,7 +106,7 @@ def test_api_delete_is_journaled_and_rolls_back(caller, outsider):
     # Another tenant's key finds nothing to delete, and nothing changes.
     assert outsider.delete(f"/api/v1/memories/{public_id}").status_code == 404
     assert picture(episode_id) == before
-    assert not JournalEntry.objects.filter(episode_id=episode_id).exists()
+    assert not JournalEntry.objects.across_tenants("test").filter(episode_id=episode_id).exists()
 
     response = caller.delete(f"/api/v1/memories/{public_id}")
     assert response.status_code == 200
@@ -204,7 +206,11 @@ def test_a_restore_after_the_tenants_grace_period_is_refused_and_journals_nothin
     response = caller.post(f"/api/v1/memories/{public_id}/restore")
     assert response.status_code == 409 and "grace period" in response.json()["error"]["message"]
     assert picture(episode_id) == forgotten
-    assert not JournalEntry.objects.filter(episode_id=episode_id, action="restore").exists()
+    assert (
+        not JournalEntry.objects.across_tenants("test")
+        .filter(episode_id=episode_id, action="restore")
+        .exists()
+    )
 
 
 # --- the console -----------------------------------------------------------------------------------
@@ -254,12 +260,12 @@ def test_console_edit_goes_through_the_journal_and_redis_follows(admin_client, c
     # Saved unchanged: nothing written, nothing journaled.
     assert admin_client.post(url, change_form(page)).status_code == 302
     assert picture(episode_id) == before
-    assert not JournalEntry.objects.filter(episode_id=episode_id).exists()
+    assert not JournalEntry.objects.across_tenants("test").filter(episode_id=episode_id).exists()
 
     assert found(caller, "peanuts", tags=["allergy"]) == []
     edited = {**change_form(page), "title": "Peanut allergy", "tags": "health,allergy"}
     assert admin_client.post(url, edited).status_code == 302
-    episode = Episode.objects.get(pk=episode_id)
+    episode = Episode.objects.across_tenants("test").get(pk=episode_id)
     assert (episode.title, episode.tags) == ("Peanut allergy", ["health", "allergy"])
     entry = journaled(episode_id, "edit")
     assert entry.actor == "admin:op"
@@ -279,7 +285,7 @@ def test_an_edit_of_a_packed_shape_moves_its_search_text_and_rolls_back(provided
     tenant = provided.tenant
     episode_id = conversation(tenant, session="w", idle_days=30, topic=1, seed=4)
     tick_run(tenant=tenant, now=NOW, steps=["hot_to_warm"])
-    assert Episode.objects.get(pk=episode_id).layer == Layer.WARM
+    assert Episode.objects.across_tenants("test").get(pk=episode_id).layer == Layer.WARM
     before = picture(episode_id)
 
     episode = episode_edit(
@@ -293,11 +299,11 @@ def test_an_edit_of_a_packed_shape_moves_its_search_text_and_rolls_back(provided
     assert episode.packed_chars != before["row"]["packed_chars"]
     entry = journaled(episode_id, "edit")
     assert set(entry.before) == {"summary", "search_text", "packed_chars"}  # kind did not change
-    assert Episode.objects.filter(search_vector="zanzibar", pk=episode_id).exists()
+    assert Episode.objects.across_tenants("test").filter(search_vector="zanzibar", pk=episode_id).exists()
 
     roll_back(entry)
     assert picture(episode_id) == before
-    assert not Episode.objects.filter(search_vector="zanzibar").exists()
+    assert not Episode.objects.across_tenants("test").filter(search_vector="zanzibar").exists()
 
 
 def test_an_edit_outside_the_allow_list_or_with_a_bad_value_writes_nothing(provided):
@@ -315,7 +321,7 @@ def test_an_edit_outside_the_allow_list_or_with_a_bad_value_writes_nothing(provi
     with pytest.raises(ValidationError):
         episode_edit(tenant=tenant, episode_id=episode_id, changes={"title": "x" * 201}, now=NOW, actor="t")
     assert picture(episode_id) == before
-    assert not JournalEntry.objects.filter(episode_id=episode_id).exists()
+    assert not JournalEntry.objects.across_tenants("test").filter(episode_id=episode_id).exists()
 
 
 def test_turns_and_links_are_not_changed_by_hand_in_the_console(admin_client, caller):
@@ -325,7 +331,7 @@ def test_turns_and_links_are_not_changed_by_hand_in_the_console(admin_client, ca
         caller.post(f"/api/v1/memories/{a}/links", {"target_id": b, "kind": "references"}).status_code == 201
     )
     before = picture(pk(a))
-    turn = Turn.objects.get(episode_id=pk(a))
+    turn = Turn.objects.across_tenants("test").get(episode_id=pk(a))
     url = f"/admin/episodes/episode/{pk(a)}/change/"
     page = admin_client.get(url)
     assert "outgoing links (read-only" in page.content.decode().lower()
@@ -338,14 +344,17 @@ def test_turns_and_links_are_not_changed_by_hand_in_the_console(admin_client, ca
         "out_links-0-DELETE": "on",
     }
     assert admin_client.post(url, forged).status_code == 302  # saved, as far as the form goes
-    assert Turn.objects.get(pk=turn.pk).text == turn.text
+    assert Turn.objects.across_tenants("test").get(pk=turn.pk).text == turn.text
     assert picture(pk(a)) == before
     # No page adds, changes or deletes a link or an episode by hand.
-    link = Link.objects.get(src_id=pk(a))
+    link = Link.objects.across_tenants("test").get(src_id=pk(a))
     assert admin_client.get("/admin/episodes/link/add/").status_code == 403
     assert admin_client.post(f"/admin/episodes/link/{link.pk}/delete/", {"post": "yes"}).status_code == 403
     assert admin_client.post(f"/admin/episodes/episode/{pk(a)}/delete/", {"post": "yes"}).status_code == 403
-    assert Link.objects.filter(pk=link.pk).exists() and Episode.objects.filter(pk=pk(a)).exists()
+    assert (
+        Link.objects.across_tenants("test").filter(pk=link.pk).exists()
+        and Episode.objects.across_tenants("test").filter(pk=pk(a)).exists()
+    )
 
 
 # --- candidates ------------------------------------------------------------------------------------
@@ -353,19 +362,19 @@ def test_an_approved_delete_candidate_rolls_back(admin_client, provided):
     tenant = provided.tenant
     old = memory(tenant, text="A passing remark about rain in Oslo.", idle_days=300, seed=6)
     tick_run(tenant=tenant, now=NOW)
-    candidate = Candidate.objects.get(tenant=tenant, kind="delete", episode_id=old)
+    candidate = Candidate.objects.across_tenants("test").get(tenant=tenant, kind="delete", episode_id=old)
     before = picture(old)
 
     admin_client.post(
         "/admin/lifecycle/candidate/", {"action": "approve", "_selected_action": [candidate.pk]}
     )
-    assert Episode.objects.get(pk=old).state == State.FORGOTTEN
+    assert Episode.objects.across_tenants("test").get(pk=old).state == State.FORGOTTEN
     entry = journaled(old, "delete")
     assert entry.actor == "admin:op"
 
     roll_back(entry)
     assert picture(old) == before
-    assert Candidate.objects.get(pk=candidate.pk).status == Candidate.Status.PROPOSED
+    assert Candidate.objects.across_tenants("test").get(pk=candidate.pk).status == Candidate.Status.PROPOSED
 
 
 def test_an_approved_merge_rolls_back_with_its_link(admin_client, provided):
@@ -379,14 +388,18 @@ def test_an_approved_merge_rolls_back_with_its_link(admin_client, provided):
     admin_client.post(
         "/admin/lifecycle/candidate/", {"action": "approve", "_selected_action": [candidate.pk]}
     )
-    assert Link.objects.filter(src_id=merged, dst_id=survivor, kind="merged_into").exists()
+    assert (
+        Link.objects.across_tenants("test")
+        .filter(src_id=merged, dst_id=survivor, kind="merged_into")
+        .exists()
+    )
     assert not picture(merged)["in_redis"]
     entry = journaled(merged, "merge")
     assert entry.actor == "admin:op"
 
     roll_back(entry)
     assert {merged: picture(merged), survivor: picture(survivor)} == before
-    assert Candidate.objects.get(pk=candidate.pk).status == Candidate.Status.PROPOSED
+    assert Candidate.objects.across_tenants("test").get(pk=candidate.pk).status == Candidate.Status.PROPOSED
     assert_consistent(tenant)
 
 
@@ -403,12 +416,12 @@ def test_after_the_purge_the_forget_cannot_be_rolled_back_and_the_purge_is_logge
     caplog.set_level(logging.INFO, logger="lifecycle.forgetting")
     later = timezone.now() + timedelta(days=grace + 1)
     assert purge_forgotten(tenant=caller.tenant, now=later, grace_days=grace) == (1, [])
-    assert not Episode.objects.filter(pk=episode_id).exists()
+    assert not Episode.objects.across_tenants("test").filter(pk=episode_id).exists()
     logged = [r.getMessage() for r in caplog.records if r.name == "lifecycle.forgetting"]
     assert len(logged) == 1 and "purged 1 " in logged[0] and caller.tenant.name in logged[0]
     assert "4312" not in logged[0] and "locker" not in logged[0]
 
-    purge = JournalEntry.objects.get(episode_id_value=episode_id, action="purge")
+    purge = JournalEntry.objects.across_tenants("test").get(episode_id_value=episode_id, action="purge")
     with pytest.raises(RollbackError, match="no longer exists"):
         roll_back(forget)
     with pytest.raises(RollbackError, match="cannot be rolled back"):

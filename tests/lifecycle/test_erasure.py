@@ -58,7 +58,7 @@ def test_tenant_data_erasure_asks_first_then_leaves_nothing(source, outsider):
     first = source.delete("/api/v1/tenant-data")
     assert first.status_code == 200, first.json()
     assert first.json()["will_erase"]["episodes.episode"] == 5
-    assert Episode.objects.filter(tenant=tenant).count() == 5  # nothing changed yet
+    assert Episode.objects.across_tenants("test").filter(tenant=tenant).count() == 5  # nothing changed yet
     assert source.delete("/api/v1/tenant-data", {"confirm": "forged"}).status_code == 409
     assert outsider.delete("/api/v1/tenant-data", {"confirm": first.json()["confirm"]}).status_code == 403
 
@@ -79,7 +79,7 @@ def test_tenant_data_erasure_asks_first_then_leaves_nothing(source, outsider):
     # the tenant, its policy and keys stay, and it works on
     assert source.get("/api/v1/policy").status_code == 200
     assert source.post("/api/v1/memories", {"text": "a fresh start"}).status_code == 201
-    assert AuditEvent.objects.filter(tenant=tenant, action="erasure").count() == 1
+    assert AuditEvent.objects.across_tenants("test").filter(tenant=tenant, action="erasure").count() == 1
     # the outsider is untouched
     assert rows(outsider.tenant)["episodes"] == other["episodes"] + 1
     assert outsider.post("/api/v1/search", {"query": "outsider keeps"}).json()["results"]
@@ -87,29 +87,37 @@ def test_tenant_data_erasure_asks_first_then_leaves_nothing(source, outsider):
 
 def test_forgetting_a_user_erases_them_only_and_keeps_them_out(source):
     tenant = source.tenant
-    u1 = set(Episode.objects.filter(tenant=tenant, user_id="u1").values_list("pk", flat=True))
+    u1 = set(
+        Episode.objects.across_tenants("test")
+        .filter(tenant=tenant, user_id="u1")
+        .values_list("pk", flat=True)
+    )
     u2 = list(
-        Episode.objects.filter(tenant=tenant, user_id="u2").order_by("pk").values("pk", "version", "layer")
+        Episode.objects.across_tenants("test")
+        .filter(tenant=tenant, user_id="u2")
+        .order_by("pk")
+        .values("pk", "version", "layer")
     )
     assert u1 and u2
     first = source.post("/api/v1/forget", {"user_id": "u1", "erase": True})
     assert first.status_code == 200, first.json()
     assert first.json()["will_erase"]["episodes"] == len(u1)
-    assert Episode.objects.filter(pk__in=u1).count() == len(u1)
+    assert Episode.objects.across_tenants("test").filter(pk__in=u1).count() == len(u1)
 
     second = source.post(
         "/api/v1/forget", {"user_id": "u1", "erase": True, "confirm": first.json()["confirm"]}
     )
     assert second.status_code == 200, second.json()
     assert second.json()["verification"]["clean"] is True
-    assert not Episode.objects.filter(pk__in=u1).exists()
-    assert not Turn.objects.filter(tenant=tenant, user_id="u1").exists()
-    assert not JournalEntry.objects.filter(episode_id_value__in=u1).exists()
+    assert not Episode.objects.across_tenants("test").filter(pk__in=u1).exists()
+    assert not Turn.objects.across_tenants("test").filter(tenant=tenant, user_id="u1").exists()
+    assert not JournalEntry.objects.across_tenants("test").filter(episode_id_value__in=u1).exists()
     store = hot_store()
     assert not (store.episode_ids(tenant.pk.hex) & u1)
     assert (
         list(
-            Episode.objects.filter(tenant=tenant, user_id="u2")
+            Episode.objects.across_tenants("test")
+            .filter(tenant=tenant, user_id="u2")
             .order_by("pk")
             .values("pk", "version", "layer")
         )
@@ -122,8 +130,8 @@ def test_forgetting_a_user_erases_them_only_and_keeps_them_out(source):
     assert again.status_code == 410, again.json()
     assert source.post("/api/v1/memories", {"text": "x", "user_id": "u1"}).status_code == 410
     assert source.post("/api/v1/memories", {"text": "y", "user_id": "u2"}).status_code == 201
-    assert ForgottenUser.objects.filter(tenant=tenant).count() == 1
-    assert "u1" not in json.dumps(list(ForgottenUser.objects.values()), default=str)
+    assert ForgottenUser.objects.across_tenants("test").filter(tenant=tenant).count() == 1
+    assert "u1" not in json.dumps(list(ForgottenUser.objects.across_tenants("test").values()), default=str)
 
 
 def test_an_operator_lifts_a_tombstone_and_it_is_audited(source, admin_client):
@@ -131,14 +139,14 @@ def test_an_operator_lifts_a_tombstone_and_it_is_audited(source, admin_client):
     assert (
         source.post("/api/v1/forget", {"user_id": "u1", "erase": True, "confirm": confirm}).status_code == 200
     )
-    tombstone = ForgottenUser.objects.get(tenant=source.tenant)
+    tombstone = ForgottenUser.objects.across_tenants("test").get(tenant=source.tenant)
     response = admin_client.post(
         "/admin/episodes/forgottenuser/",
         {"action": "delete_selected", "_selected_action": [tombstone.pk], "post": "yes"},
     )
     assert response.status_code == 302
-    assert not ForgottenUser.objects.filter(tenant=source.tenant).exists()
-    event = AuditEvent.objects.get(tenant=source.tenant, action="forget_user_lifted")
+    assert not ForgottenUser.objects.across_tenants("test").filter(tenant=source.tenant).exists()
+    event = AuditEvent.objects.across_tenants("test").get(tenant=source.tenant, action="forget_user_lifted")
     assert event.actor.startswith("admin:") and event.detail == {"user_hash": tombstone.user_hash}
     assert source.post("/api/v1/memories", {"text": "back again", "user_id": "u1"}).status_code == 201
 
@@ -163,4 +171,4 @@ def test_erasure_is_refused_whole_when_redis_is_down(source, monkeypatch):
     response = source.delete("/api/v1/tenant-data", {"confirm": first})
     assert response.status_code == 503, response.json()
     assert rows(source.tenant) == before
-    assert TickRun.objects.filter(tenant=source.tenant).exists()
+    assert TickRun.objects.across_tenants("test").filter(tenant=source.tenant).exists()

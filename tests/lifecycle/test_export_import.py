@@ -46,7 +46,9 @@ def shape(hit):
 
 
 def test_round_trip_finds_the_same_episodes_with_the_same_shapes(source, target):
-    layers = set(Episode.objects.filter(tenant=source.tenant).values_list("layer", flat=True))
+    layers = set(
+        Episode.objects.across_tenants("test").filter(tenant=source.tenant).values_list("layer", flat=True)
+    )
     assert layers == {"hot", "warm", "cold"}, "the history should span every layer"
     body = export(source)
     records = lines(body)
@@ -61,17 +63,29 @@ def test_round_trip_finds_the_same_episodes_with_the_same_shapes(source, target)
 
     # The source holds the same public ids: importing them into another tenant touches nothing of it.
     source_rows = list(
-        Episode.objects.filter(tenant=source.tenant).order_by("pk").values_list("pk", "version")
+        Episode.objects.across_tenants("test")
+        .filter(tenant=source.tenant)
+        .order_by("pk")
+        .values_list("pk", "version")
     )
     response = import_(target, body)
     assert response.status_code == 200, response.json()
     report = response.json()
     assert report["episodes"] == {"created": 4} and report["vectors"] == "kept"
     assert (
-        list(Episode.objects.filter(tenant=source.tenant).order_by("pk").values_list("pk", "version"))
+        list(
+            Episode.objects.across_tenants("test")
+            .filter(tenant=source.tenant)
+            .order_by("pk")
+            .values_list("pk", "version")
+        )
         == source_rows
     )
-    assert not Episode.objects.filter(tenant=target.tenant, pk__in=[pk for pk, _ in source_rows]).exists()
+    assert (
+        not Episode.objects.across_tenants("test")
+        .filter(tenant=target.tenant, pk__in=[pk for pk, _ in source_rows])
+        .exists()
+    )
     assert report["policy"].startswith("applied")
     assert rows(target.tenant)["turns"] == rows(source.tenant)["turns"]
     assert rows(target.tenant)["links"] == 1
@@ -96,7 +110,10 @@ def test_importing_twice_changes_nothing(source, target):
     assert import_(target, body).status_code == 200
     before = rows(target.tenant)
     versions = list(
-        Episode.objects.filter(tenant=target.tenant).order_by("pk").values_list("public_id", "version")
+        Episode.objects.across_tenants("test")
+        .filter(tenant=target.tenant)
+        .order_by("pk")
+        .values_list("public_id", "version")
     )
     again = import_(target, body)
     assert again.status_code == 200, again.json()
@@ -104,7 +121,12 @@ def test_importing_twice_changes_nothing(source, target):
     assert again.json()["journal"].get("created", 0) == 0
     assert rows(target.tenant) == before
     assert (
-        list(Episode.objects.filter(tenant=target.tenant).order_by("pk").values_list("public_id", "version"))
+        list(
+            Episode.objects.across_tenants("test")
+            .filter(tenant=target.tenant)
+            .order_by("pk")
+            .values_list("public_id", "version")
+        )
         == versions
     )
 
@@ -113,18 +135,22 @@ def test_import_over_existing_data_is_journaled_and_rolls_back_exactly(source, t
     body = export(source)
     assert import_(target, body).status_code == 200
     # The target's copy of a hot episode moves on (an operator packs it); the export still says hot.
-    hot = Episode.objects.filter(tenant=target.tenant, layer=Layer.HOT, kind="conversation").first()
+    hot = (
+        Episode.objects.across_tenants("test")
+        .filter(tenant=target.tenant, layer=Layer.HOT, kind="conversation")
+        .first()
+    )
     assert hot is not None
     episode_pack(tenant=target.tenant, episode_id=hot.pk, layer=Layer.WARM, now=timezone.now(), actor="test")
-    packed = Episode.objects.get(pk=hot.pk)
+    packed = Episode.objects.across_tenants("test").get(pk=hot.pk)
     snapshot = {f.name: getattr(packed, f.name) for f in Episode._meta.concrete_fields if f.name != "version"}
 
     response = import_(target, body)
     assert response.json()["episodes"] == {"unchanged": 3, "updated": 1}
-    entry = JournalEntry.objects.get(tenant=target.tenant, action="import")
-    assert Episode.objects.get(pk=hot.pk).layer == Layer.HOT
+    entry = JournalEntry.objects.across_tenants("test").get(tenant=target.tenant, action="import")
+    assert Episode.objects.across_tenants("test").get(pk=hot.pk).layer == Layer.HOT
     rollback_journal_entry(entry, now=timezone.now(), actor="test")
-    restored = Episode.objects.get(pk=hot.pk)
+    restored = Episode.objects.across_tenants("test").get(pk=hot.pk)
     assert {f: getattr(restored, f) for f in snapshot if f != "search_vector"} == {
         f: v for f, v in snapshot.items() if f != "search_vector"
     }
@@ -135,28 +161,34 @@ def test_an_import_that_adds_turns_rolls_back_to_without_them(source, target):
     body = export(source)
     assert import_(target, body).status_code == 200
     # The target lacks the last turn of a hot conversation (as if it was exported before it came).
-    episode = Episode.objects.filter(tenant=target.tenant, layer=Layer.HOT, kind="conversation").first()
+    episode = (
+        Episode.objects.across_tenants("test")
+        .filter(tenant=target.tenant, layer=Layer.HOT, kind="conversation")
+        .first()
+    )
     assert episode is not None
-    last = Turn.objects.filter(episode=episode).order_by("-seq").first()
+    last = Turn.objects.across_tenants("test").filter(episode=episode).order_by("-seq").first()
     assert last is not None
-    Turn.objects.filter(pk=last.pk).delete()
-    Episode.objects.filter(pk=episode.pk).update(turn_count=episode.turn_count - 1)
+    Turn.objects.across_tenants("test").filter(pk=last.pk).delete()
+    Episode.objects.across_tenants("test").filter(pk=episode.pk).update(turn_count=episode.turn_count - 1)
     hot_store().client.unlink(keys.turn_key(target.tenant.pk.hex, last.pk))
-    before = Episode.objects.get(pk=episode.pk)
+    before = Episode.objects.across_tenants("test").get(pk=episode.pk)
 
     report = import_(target, body).json()
     assert report["episodes"] == {"unchanged": 3, "updated": 1} and report["turns"]["created"] == 1
-    entry = JournalEntry.objects.get(tenant=target.tenant, action="import")
+    entry = JournalEntry.objects.across_tenants("test").get(tenant=target.tenant, action="import")
     assert entry.before == {"turn_count": episode.turn_count - 1}
-    assert Turn.objects.filter(episode=episode, public_id=last.public_id).exists()
+    assert Turn.objects.across_tenants("test").filter(episode=episode, public_id=last.public_id).exists()
     assert_consistent(target.tenant)
 
     rollback_journal_entry(entry, now=timezone.now(), actor="test")
-    assert not Turn.objects.filter(episode=episode, public_id=last.public_id).exists()
-    assert Episode.objects.get(pk=episode.pk).turn_count == before.turn_count
+    assert not Turn.objects.across_tenants("test").filter(episode=episode, public_id=last.public_id).exists()
+    assert Episode.objects.across_tenants("test").get(pk=episode.pk).turn_count == before.turn_count
     assert_consistent(target.tenant)
     # the history that came with the export is never rolled back here
-    imported = JournalEntry.objects.filter(tenant=target.tenant, after__imported=True).first()
+    imported = (
+        JournalEntry.objects.across_tenants("test").filter(tenant=target.tenant, after__imported=True).first()
+    )
     assert imported is not None
     with pytest.raises(RollbackError, match="another system"):
         rollback_journal_entry(imported, now=timezone.now(), actor="test")
@@ -186,12 +218,18 @@ def test_re_embeds_when_the_model_differs(source):
     provided = Caller("provided-target", scopes=ADMIN, embedder="provided")
     report = import_(provided, body).json()
     assert report["vectors"] == "left out"
-    assert not Turn.objects.filter(tenant=provided.tenant, embedding__isnull=False).exists()
+    assert (
+        not Turn.objects.across_tenants("test")
+        .filter(tenant=provided.tenant, embedding__isnull=False)
+        .exists()
+    )
     # and the other way: a provided tenant's export, embedded again by a local one
     again = Caller("local-target", scopes=ADMIN)
     second = import_(again, export(provided)).json()
     assert second["vectors"] == "embedded again"
-    assert not Turn.objects.filter(tenant=again.tenant, embedding__isnull=True).exists()
+    assert (
+        not Turn.objects.across_tenants("test").filter(tenant=again.tenant, embedding__isnull=True).exists()
+    )
 
 
 @pytest.mark.parametrize(
@@ -254,9 +292,13 @@ def test_mem0_memories_move_in_once(target):
     response = target.client.post("/api/v1/import", body, content_type="application/json")
     assert response.status_code == 200, response.json()
     assert response.json()["format"] == "mem0" and response.json()["episodes"] == {"created": 2}
-    peanut = Episode.objects.get(tenant=target.tenant, metadata__mem0_id=MEM0["results"][1]["id"])
+    peanut = Episode.objects.across_tenants("test").get(
+        tenant=target.tenant, metadata__mem0_id=MEM0["results"][1]["id"]
+    )
     assert (peanut.user_id, peanut.agent_id, peanut.session_id) == ("alice", "concierge", "trip-42")
-    seat = Episode.objects.get(tenant=target.tenant, metadata__mem0_id=MEM0["results"][0]["id"])
+    seat = Episode.objects.across_tenants("test").get(
+        tenant=target.tenant, metadata__mem0_id=MEM0["results"][0]["id"]
+    )
     assert seat.tags == ["travel"] and seat.first_occurred_at == datetime(
         2024, 7, 20, 10, 22, 30, 123456, tzinfo=UTC
     )
@@ -264,7 +306,7 @@ def test_mem0_memories_move_in_once(target):
     assert hits[0]["episode_id"] == peanut.public_id
     again = target.client.post("/api/v1/import?source=mem0", body, content_type="application/json")
     assert again.json()["episodes"] == {"unchanged": 2}
-    assert Episode.objects.filter(tenant=target.tenant).count() == 2
+    assert Episode.objects.across_tenants("test").filter(tenant=target.tenant).count() == 2
 
 
 def test_plain_turns_move_in_once(target):
@@ -296,7 +338,7 @@ def test_plain_turns_move_in_once(target):
     assert response.status_code == 200, response.json()
     assert response.json()["format"] == "turns" and response.json()["turns"] == {"created": 3}
     assert import_(target, body).json()["turns"] == {"unchanged": 3}
-    assert Turn.objects.filter(tenant=target.tenant).count() == 3
+    assert Turn.objects.across_tenants("test").filter(tenant=target.tenant).count() == 3
     missing_time = json.dumps({"session_id": "s", "role": "user", "text": "no time"}).encode()
     assert import_(target, missing_time).status_code == 400
 
@@ -304,8 +346,8 @@ def test_plain_turns_move_in_once(target):
 def test_imports_are_audited(source, target):
     import_(target, export(source))
     actions = list(
-        AuditEvent.objects.filter(tenant__in=[source.tenant, target.tenant]).values_list(
-            "tenant__name", "action"
-        )
+        AuditEvent.objects.across_tenants("test")
+        .filter(tenant__in=[source.tenant, target.tenant])
+        .values_list("tenant__name", "action")
     )
     assert ("source", "export") in actions and ("target", "import") in actions

@@ -43,7 +43,12 @@ def memories(provided):
 
 
 def snapshot(tenant):
-    return list(Episode.objects.filter(tenant=tenant).order_by("pk").values_list("pk", "state", "version"))
+    return list(
+        Episode.objects.across_tenants("test")
+        .filter(tenant=tenant)
+        .order_by("pk")
+        .values_list("pk", "state", "version")
+    )
 
 
 def test_dry_run_names_the_episodes_and_changes_nothing(provided, memories):
@@ -54,7 +59,7 @@ def test_dry_run_names_the_episodes_and_changes_nothing(provided, memories):
     assert response.json() == {"dry_run": True, "count": 2, "ids": [memories["tea"], memories["pinned"]]}
     assert snapshot(provided.tenant) == before
     assert hot_store().episode_ids(provided.tenant.id.hex) == in_redis
-    assert not JournalEntry.objects.exists()
+    assert not JournalEntry.objects.across_tenants("test").exists()
 
 
 def test_forget_by_filter_is_soft_journaled_and_restorable(provided, memories):
@@ -62,11 +67,13 @@ def test_forget_by_filter_is_soft_journaled_and_restorable(provided, memories):
     assert response.status_code == 200
     body = response.json()
     assert body["dry_run"] is False and sorted(body["ids"]) == sorted([memories["tea"], memories["coffee"]])
-    assert set(Episode.objects.filter(state=State.FORGOTTEN).values_list("public_id", flat=True)) == set(
-        body["ids"]
-    )
+    assert set(
+        Episode.objects.across_tenants("test")
+        .filter(state=State.FORGOTTEN)
+        .values_list("public_id", flat=True)
+    ) == set(body["ids"])
     assert hot_store().episode_ids(provided.tenant.id.hex) == {pk(memories["flight"]), pk(memories["pinned"])}
-    entries = JournalEntry.objects.filter(action="forget")
+    entries = JournalEntry.objects.across_tenants("test").filter(action="forget")
     assert entries.count() == 2 and {e.before["state"] for e in entries} == {"active"}
     assert entries.first().actor.startswith("api:")
     # Soft: the memory comes back within the grace period, and a second forget names nothing new.
@@ -76,7 +83,7 @@ def test_forget_by_filter_is_soft_journaled_and_restorable(provided, memories):
 
 
 def test_forget_older_than_and_by_layer(provided, memories):
-    Episode.objects.filter(public_id=memories["flight"]).update(
+    Episode.objects.across_tenants("test").filter(public_id=memories["flight"]).update(
         first_occurred_at=timezone.now() - timedelta(days=400),
         last_occurred_at=timezone.now() - timedelta(days=400),
     )
@@ -108,12 +115,12 @@ def test_forget_by_retrievability_below_a_threshold(provided, memories):
     long_ago = now - timedelta(days=1000)
     # Memories last reviewed long ago with a short stability have faded; fresh ones have not.
     faded_ids = [memories["coffee"], memories["flight"], memories["pinned"]]
-    Episode.objects.filter(public_id__in=faded_ids).update(
+    Episode.objects.across_tenants("test").filter(public_id__in=faded_ids).update(
         stability=0.5, difficulty=8.0, last_review_at=long_ago, last_accessed_at=long_ago
     )
     policy = policy_for(tenant)
     for public_id in faded_ids:
-        episode = Episode.objects.get(public_id=public_id)
+        episode = Episode.objects.across_tenants("test").get(public_id=public_id)
         assert scoring.retrievability(scoring.EpisodeStats.from_episode(episode), policy, now) < 0.5
     # Combined with a filter, both must hold.
     dry = provided.post("/api/v1/forget", {"retrievability_below": 0.5, "user_id": "alice", "dry_run": True})
@@ -121,8 +128,8 @@ def test_forget_by_retrievability_below_a_threshold(provided, memories):
     body = provided.post("/api/v1/forget", {"retrievability_below": 0.5}).json()
     # the anchor has faded too, but anchors never decay; the fresh memory is well remembered
     assert sorted(body["ids"]) == sorted([memories["coffee"], memories["flight"]])
-    assert Episode.objects.get(public_id=memories["pinned"]).state == State.ACTIVE
-    assert Episode.objects.get(public_id=memories["tea"]).state == State.ACTIVE
+    assert Episode.objects.across_tenants("test").get(public_id=memories["pinned"]).state == State.ACTIVE
+    assert Episode.objects.across_tenants("test").get(public_id=memories["tea"]).state == State.ACTIVE
 
 
 @pytest.mark.parametrize(
@@ -158,7 +165,7 @@ def test_an_outsider_cannot_forget_our_memories(provided, memories):
     assert outsider.post("/api/v1/forget", {"retrievability_below": 1.0}).json()["ids"] == []
     assert snapshot(provided.tenant) == before
     assert hot_store().episode_ids(provided.tenant.id.hex) == {pk(m) for m in memories.values()}
-    assert not JournalEntry.objects.filter(tenant=provided.tenant).exists()
+    assert not JournalEntry.objects.across_tenants("test").filter(tenant=provided.tenant).exists()
 
 
 def test_a_read_only_key_cannot_forget(provided, memories):
@@ -175,12 +182,12 @@ def test_feedback_reviews_used_and_unused_memories(provided, memories):
         feedback_review(tenant=tenant, used=[pk(memories["tea"])], unused=[pk(memories["coffee"])], now=now)
         == 2
     )
-    used = Episode.objects.get(public_id=memories["tea"])
-    unused = Episode.objects.get(public_id=memories["coffee"])
+    used = Episode.objects.across_tenants("test").get(public_id=memories["tea"])
+    unused = Episode.objects.across_tenants("test").get(public_id=memories["coffee"])
     assert used.last_review_at == now == unused.last_review_at
     # Good raises stability more than Hard does (FSRS-6 reviews).
     assert used.stability > unused.stability and unused.difficulty > used.difficulty
     # Through the API, with an outsider's id refused.
     response = provided.post("/api/v1/feedback", {"used": [memories["flight"]], "unused": []})
     assert response.status_code == 200, response.json()
-    assert Episode.objects.get(public_id=memories["flight"]).stability is not None
+    assert Episode.objects.across_tenants("test").get(public_id=memories["flight"]).stability is not None

@@ -58,14 +58,20 @@ def test_ingest_sends_the_least_recently_used_hot_episodes_to_warm_and_never_ano
         assert hot_bytes(filler.tenant) <= 40_000
 
     # The oldest went warm, journaled as the tick would, by the quota; the anchor stayed.
-    assert set(Episode.objects.filter(public_id__in=first_batch).values_list("layer", flat=True)) == {
-        Layer.WARM
-    }
-    moved = JournalEntry.objects.filter(tenant=filler.tenant, action="hot_to_warm")
+    assert set(
+        Episode.objects.across_tenants("test")
+        .filter(public_id__in=first_batch)
+        .values_list("layer", flat=True)
+    ) == {Layer.WARM}
+    moved = JournalEntry.objects.across_tenants("test").filter(tenant=filler.tenant, action="hot_to_warm")
     assert moved.count() >= 3 and {e.after["reason"] for e in moved} == {"hot_quota"}
-    assert Episode.objects.get(public_id=anchor).layer == Layer.HOT
+    assert Episode.objects.across_tenants("test").get(public_id=anchor).layer == Layer.HOT
     # Redis holds exactly what Postgres calls hot.
-    hot = set(Episode.objects.filter(tenant=filler.tenant, layer=Layer.HOT).values_list("pk", flat=True))
+    hot = set(
+        Episode.objects.across_tenants("test")
+        .filter(tenant=filler.tenant, layer=Layer.HOT)
+        .values_list("pk", flat=True)
+    )
     assert hot_store().episode_ids(filler.tenant.id.hex) == hot
     # Packed, not lost: the first batch is still found.
     found = filler.post(
@@ -73,8 +79,13 @@ def test_ingest_sends_the_least_recently_used_hot_episodes_to_warm_and_never_ano
     ).json()
     assert first_batch[0] in [hit["episode_id"] for hit in found["results"]]
     # The other tenant was never touched.
-    assert not Episode.objects.filter(tenant=bystander.tenant).exclude(layer=Layer.HOT).exists()
-    assert not JournalEntry.objects.filter(tenant=bystander.tenant).exists()
+    assert (
+        not Episode.objects.across_tenants("test")
+        .filter(tenant=bystander.tenant)
+        .exclude(layer=Layer.HOT)
+        .exists()
+    )
+    assert not JournalEntry.objects.across_tenants("test").filter(tenant=bystander.tenant).exists()
 
 
 def test_a_batch_larger_than_the_quota_ends_within_it(db):
@@ -83,7 +94,12 @@ def test_a_batch_larger_than_the_quota_ends_within_it(db):
     vectors = unit_vectors(5, seed=12)
     body = caller.post("/api/v1/turns", {"turns": _turns("big", 5, 5_000, vectors, "s")}).json()
     assert hot_bytes(caller.tenant) <= 10_000
-    assert Episode.objects.filter(public_id__in=body["episode_ids"], layer=Layer.WARM).count() >= 3
+    assert (
+        Episode.objects.across_tenants("test")
+        .filter(public_id__in=body["episode_ids"], layer=Layer.WARM)
+        .count()
+        >= 3
+    )
 
 
 def test_unpacking_makes_room_too(db):
@@ -101,8 +117,10 @@ def test_unpacking_makes_room_too(db):
     _set_quota(caller.tenant, hot_bytes(caller.tenant))  # full: three hot episodes
     assert caller.post(f"/api/v1/memories/{ids[0]}/unpack").status_code == 200
     assert hot_bytes(caller.tenant) <= policy_for(caller.tenant).hot_quota_bytes
-    assert Episode.objects.get(public_id=ids[0]).layer == Layer.HOT  # the one asked for stays
-    assert Episode.objects.filter(public_id__in=ids[3:], layer=Layer.WARM).count() == 1
+    assert (
+        Episode.objects.across_tenants("test").get(public_id=ids[0]).layer == Layer.HOT
+    )  # the one asked for stays
+    assert Episode.objects.across_tenants("test").filter(public_id__in=ids[3:], layer=Layer.WARM).count() == 1
 
 
 def test_the_tick_keeps_the_quota_in_bytes_too(db):

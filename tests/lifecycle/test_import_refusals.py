@@ -151,8 +151,8 @@ def test_a_malformed_body_is_a_400_naming_the_line_and_writes_nothing(importer, 
     assert message.startswith(f"line {line(records)}: "), message
     assert names in message, message
     assert holdings(importer) == before
-    assert Episode.objects.filter(tenant=importer.tenant).count() == 0
-    assert Turn.objects.filter(tenant=importer.tenant).count() == 0
+    assert Episode.objects.across_tenants("test").filter(tenant=importer.tenant).count() == 0
+    assert Turn.objects.across_tenants("test").filter(tenant=importer.tenant).count() == 0
 
 
 def test_the_unedited_bodies_import(importer):

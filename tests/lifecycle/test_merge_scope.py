@@ -54,7 +54,11 @@ def owners(candidate: Candidate) -> tuple[tuple[str, str], tuple[str, str]]:
 
 
 def merges(tenant):
-    return list(Candidate.objects.filter(tenant=tenant, kind="merge").select_related("episode", "other"))
+    return list(
+        Candidate.objects.across_tenants("test")
+        .filter(tenant=tenant, kind="merge")
+        .select_related("episode", "other")
+    )
 
 
 def assert_one_proposal_per_member(proposals) -> None:
@@ -83,8 +87,8 @@ def test_the_same_sentence_of_three_users_is_never_merged_across_them(provided):
     assert owners(proposal) == (("u-bob", ""), ("u-bob", ""))
     assert proposal.similarity >= 0.92
     untouched = [ann, chen, *by_agent]
-    assert not Candidate.objects.filter(episode_id__in=untouched).exists()
-    assert not Candidate.objects.filter(other_id__in=untouched).exists()
+    assert not Candidate.objects.across_tenants("test").filter(episode_id__in=untouched).exists()
+    assert not Candidate.objects.across_tenants("test").filter(other_id__in=untouched).exists()
 
 
 def test_a_cluster_of_one_user_is_proposed_once_into_one_survivor(provided):
@@ -102,7 +106,9 @@ def test_a_cluster_of_one_user_is_proposed_once_into_one_survivor(provided):
     assert sorted(c.episode_id for c in proposals) == copies[1:]
     assert all(c.similarity >= 0.92 and c.status == "proposed" for c in proposals)
     assert run.counts["merge_candidates"] == 3
-    assert JournalEntry.objects.filter(tick_run=run, action="propose_merge").count() == 3
+    assert (
+        JournalEntry.objects.across_tenants("test").filter(tick_run=run, action="propose_merge").count() == 3
+    )
 
     # Idempotent: a tick run again proposes nothing, and a rejection is not proposed again.
     tick_run(tenant=tenant, now=NOW + timedelta(hours=1))
@@ -111,7 +117,7 @@ def test_a_cluster_of_one_user_is_proposed_once_into_one_survivor(provided):
     candidate_reject(candidate=rejected, now=NOW + timedelta(hours=2), actor="test")
     tick_run(tenant=tenant, now=NOW + timedelta(hours=3))
     assert len(merges(tenant)) == 3
-    assert Candidate.objects.get(pk=rejected.pk).status == "rejected"
+    assert Candidate.objects.across_tenants("test").get(pk=rejected.pk).status == "rejected"
 
 
 def test_clusters_of_three_users_give_one_proposal_per_member_and_no_chains(provided):
@@ -150,7 +156,7 @@ def test_another_tenants_identical_memories_never_appear(provided):
 
     [proposal] = merges(tenant)
     assert {proposal.episode_id, proposal.other_id} == set(ours)
-    assert not Candidate.objects.filter(tenant=outsider).exists()
+    assert not Candidate.objects.across_tenants("test").filter(tenant=outsider).exists()
     tick_run(tenant=outsider, now=NOW)
     [their_proposal] = merges(outsider)
     assert {their_proposal.episode_id, their_proposal.other_id} == set(theirs)
@@ -177,17 +183,17 @@ def crossing(tenant, *, status: str = "proposed") -> Candidate:
 def test_approving_a_merge_across_users_is_refused_and_changes_nothing(provided):
     tenant = provided.tenant
     candidate = crossing(tenant)
-    before = Episode.objects.get(pk=candidate.episode_id)
-    entries = JournalEntry.objects.filter(tenant=tenant).count()
+    before = Episode.objects.across_tenants("test").get(pk=candidate.episode_id)
+    entries = JournalEntry.objects.across_tenants("test").filter(tenant=tenant).count()
 
     with pytest.raises(CandidateError, match="u-chen.*u-bob"):
         candidate_approve(candidate=candidate, now=NOW, actor="test")
 
-    after = Episode.objects.get(pk=candidate.episode_id)
+    after = Episode.objects.across_tenants("test").get(pk=candidate.episode_id)
     assert after.state == before.state != State.FORGOTTEN and after.version == before.version
-    assert not Link.objects.filter(tenant=tenant).exists()
-    assert JournalEntry.objects.filter(tenant=tenant).count() == entries
-    assert Candidate.objects.get(pk=candidate.pk).status == "proposed"
+    assert not Link.objects.across_tenants("test").filter(tenant=tenant).exists()
+    assert JournalEntry.objects.across_tenants("test").filter(tenant=tenant).count() == entries
+    assert Candidate.objects.across_tenants("test").get(pk=candidate.pk).status == "proposed"
 
 
 def test_the_migration_withdraws_crossing_proposals_journaled_and_reverses(provided):
@@ -209,32 +215,39 @@ def test_the_migration_withdraws_crossing_proposals_journaled_and_reverses(provi
     MIGRATION.withdraw_crossing_merges(apps, None, now=NOW)
 
     for pk in (crossed.pk, theirs.pk):
-        withdrawn = Candidate.objects.get(pk=pk)
+        withdrawn = Candidate.objects.across_tenants("test").get(pk=pk)
         assert withdrawn.status == "rejected" and withdrawn.decided_by == "migration"
         assert "different users or agents" in withdrawn.note and withdrawn.decided_at is not None
-    entry = JournalEntry.objects.get(tenant=tenant, action="withdraw_candidate")
+    entry = JournalEntry.objects.across_tenants("test").get(tenant=tenant, action="withdraw_candidate")
     assert entry.actor == "migration" and entry.episode_id == crossed.episode_id
     assert entry.episode_id_value == crossed.episode_id
     assert entry.before == {} and entry.created_at == NOW
     assert entry.after["candidate_id"] == crossed.pk and entry.after["other"] == crossed.other_id
-    assert JournalEntry.objects.filter(tenant=outsider, action="withdraw_candidate").count() == 1
-    assert Candidate.objects.get(pk=same.pk).status == "proposed"
-    assert Candidate.objects.get(pk=decided.pk).decided_by == ""  # decided before: left alone
+    assert (
+        JournalEntry.objects.across_tenants("test")
+        .filter(tenant=outsider, action="withdraw_candidate")
+        .count()
+        == 1
+    )
+    assert Candidate.objects.across_tenants("test").get(pk=same.pk).status == "proposed"
+    assert (
+        Candidate.objects.across_tenants("test").get(pk=decided.pk).decided_by == ""
+    )  # decided before: left alone
 
     # Run twice, it withdraws nothing more.
     MIGRATION.withdraw_crossing_merges(apps, None, now=NOW)
-    assert JournalEntry.objects.filter(action="withdraw_candidate").count() == 2
+    assert JournalEntry.objects.across_tenants("test").filter(action="withdraw_candidate").count() == 2
 
     MIGRATION.reopen_withdrawn_merges(apps, None, now=NOW)
-    reopened = Candidate.objects.get(pk=crossed.pk)
+    reopened = Candidate.objects.across_tenants("test").get(pk=crossed.pk)
     assert (reopened.status, reopened.decided_by, reopened.note, reopened.decided_at) == (
         "proposed",
         "",
         "",
         None,
     )
-    assert Candidate.objects.get(pk=decided.pk).status == "rejected"
-    assert JournalEntry.objects.get(pk=entry.pk).rolled_back_at == NOW
+    assert Candidate.objects.across_tenants("test").get(pk=decided.pk).status == "rejected"
+    assert JournalEntry.objects.across_tenants("test").get(pk=entry.pk).rolled_back_at == NOW
 
 
 def test_the_console_shows_both_memories_and_both_owners(provided, admin_client):
@@ -263,4 +276,4 @@ def test_the_console_shows_both_memories_and_both_owners(provided, admin_client)
         follow=True,
     )
     assert "different users or agents" in answer.content.decode()
-    assert Candidate.objects.get(pk=candidate.pk).status == "proposed"
+    assert Candidate.objects.across_tenants("test").get(pk=candidate.pk).status == "proposed"

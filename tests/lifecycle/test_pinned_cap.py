@@ -40,9 +40,9 @@ def _memory(caller: Caller, label: str, vector, *, anchor: bool):
 def _held(tenant) -> tuple[int, int, int, int]:
     """What a refused write must leave as it was: episodes, turns, journal entries, Redis documents."""
     return (
-        Episode.objects.filter(tenant=tenant).count(),
-        Turn.objects.filter(tenant=tenant).count(),
-        JournalEntry.objects.filter(tenant=tenant).count(),
+        Episode.objects.across_tenants("test").filter(tenant=tenant).count(),
+        Turn.objects.across_tenants("test").filter(tenant=tenant).count(),
+        JournalEntry.objects.across_tenants("test").filter(tenant=tenant).count(),
         hot_store().count(tenant.id.hex),
     )
 
@@ -90,14 +90,18 @@ def test_pinned_memories_stop_at_their_cap_and_the_hot_tier_stays_within_its_quo
         assert pinned_bytes(attacker.tenant.pk) <= cap
         assert hot_bytes(attacker.tenant) <= QUOTA
     assert accepted == cap // WEIGHT == 7 and refused == 53
-    hot = set(Episode.objects.filter(tenant=attacker.tenant, layer=Layer.HOT).values_list("pk", flat=True))
+    hot = set(
+        Episode.objects.across_tenants("test")
+        .filter(tenant=attacker.tenant, layer=Layer.HOT)
+        .values_list("pk", flat=True)
+    )
     assert hot_store().episode_ids(attacker.tenant.id.hex) == hot
 
     # The other tenant's pins are its own: the same cap, none of it taken by the first tenant.
     assert pinned_bytes(outsider.tenant.pk) == turn_hot_bytes(_text("outsider's own"))
     for i in range(6):
         assert _memory(outsider, f"theirs {i}", vectors[70 + i], anchor=True).status_code == 201
-    assert Episode.objects.filter(tenant=outsider.tenant, anchor=True).count() == 7
+    assert Episode.objects.across_tenants("test").filter(tenant=outsider.tenant, anchor=True).count() == 7
     assert pinned_bytes(attacker.tenant.pk) == accepted * WEIGHT  # unchanged by the outsider's pins
 
 
@@ -112,7 +116,7 @@ def test_the_pin_endpoint_is_refused_the_same_way_also_for_a_cold_episode(db):
     before = _held(caller.tenant)
     _refused(caller.post(f"/api/v1/memories/{ids[7]}/anchor"), pinned=7 * WEIGHT, adding=WEIGHT, cap=cap)
     assert _held(caller.tenant) == before
-    assert Episode.objects.get(public_id=ids[7]).anchor is False
+    assert Episode.objects.across_tenants("test").get(public_id=ids[7]).anchor is False
     document = hot_store().client.hgetall(keys.episode_key(caller.tenant.id.hex, pk(ids[7])))
     assert document[b"anchor"] == b"0"
 
@@ -123,7 +127,7 @@ def test_the_pin_endpoint_is_refused_the_same_way_also_for_a_cold_episode(db):
     response = caller.post(f"/api/v1/memories/{ids[8]}/anchor")
     _refused(response, pinned=7 * WEIGHT, adding=WEIGHT, cap=cap)
     assert _held(caller.tenant) == before
-    cold = Episode.objects.get(public_id=ids[8])
+    cold = Episode.objects.across_tenants("test").get(public_id=ids[8])
     assert (cold.layer, cold.anchor) == (Layer.COLD, False)
 
     # Unpinning makes room again.
@@ -147,14 +151,17 @@ def test_restoring_and_rolling_back_to_a_pin_are_refused_past_the_cap(db):
     before = _held(caller.tenant)
     _refused(caller.post(f"/api/v1/memories/{forgotten}/restore"), pinned=7 * WEIGHT, adding=WEIGHT, cap=cap)
     assert _held(caller.tenant) == before
-    assert Episode.objects.get(public_id=forgotten).state == State.FORGOTTEN
+    assert Episode.objects.across_tenants("test").get(public_id=forgotten).state == State.FORGOTTEN
 
-    unpin = JournalEntry.objects.get(episode__public_id=unpinned, action="anchor")
+    unpin = JournalEntry.objects.across_tenants("test").get(episode__public_id=unpinned, action="anchor")
     with pytest.raises(RollbackError, match="past their cap"):
         rollback_journal_entry(unpin, now=timezone.now(), actor="test")
     assert _held(caller.tenant) == before
     unpin.refresh_from_db()
-    assert unpin.rolled_back_at is None and Episode.objects.get(public_id=unpinned).anchor is False
+    assert (
+        unpin.rolled_back_at is None
+        and Episode.objects.across_tenants("test").get(public_id=unpinned).anchor is False
+    )
     assert pinned_bytes(caller.tenant.pk) == 7 * WEIGHT <= cap
 
 
@@ -168,9 +175,15 @@ def test_an_import_carrying_pins_past_the_cap_is_refused_whole(db):
     set_policy(target.tenant, hot_quota_bytes=QUOTA)
     cap = policy_for(target.tenant).pinned_cap_bytes
     assert _memory(target, "already pinned", vectors[9], anchor=True).status_code == 201
-    before = _held(target.tenant), PolicyChange.objects.filter(tenant=target.tenant).count()
+    before = (
+        _held(target.tenant),
+        PolicyChange.objects.across_tenants("test").filter(tenant=target.tenant).count(),
+    )
     _refused(import_(target, body), pinned=WEIGHT, adding=8 * WEIGHT, cap=cap)
-    assert (_held(target.tenant), PolicyChange.objects.filter(tenant=target.tenant).count()) == before
+    assert (
+        _held(target.tenant),
+        PolicyChange.objects.across_tenants("test").filter(tenant=target.tenant).count(),
+    ) == before
 
     set_policy(target.tenant, hot_pinned_share=1.0)  # room for all of them: the same import passes
     assert import_(target, body).status_code == 200
@@ -191,8 +204,16 @@ def test_a_pinned_conversation_takes_no_more_turns(db):
     weight = pinned_bytes(caller.tenant.pk)
     later = caller.post("/api/v1/turns", {"turns": turns[2:]}).json()["episode_ids"]
     assert later and first[0] not in later  # the session goes on in a new episode...
-    assert pinned_bytes(caller.tenant.pk) == weight == Episode.objects.get(public_id=first[0]).hot_bytes
-    assert Link.objects.filter(src__public_id=later[0], dst__public_id=first[0], kind="continues").exists()
+    assert (
+        pinned_bytes(caller.tenant.pk)
+        == weight
+        == Episode.objects.across_tenants("test").get(public_id=first[0]).hot_bytes
+    )
+    assert (
+        Link.objects.across_tenants("test")
+        .filter(src__public_id=later[0], dst__public_id=first[0], kind="continues")
+        .exists()
+    )
 
 
 def test_unpacking_a_pinned_episode_keeps_the_hot_tier_within_its_quota(db):
@@ -204,7 +225,7 @@ def test_unpacking_a_pinned_episode_keeps_the_hot_tier_within_its_quota(db):
     for i in range(1, 40):  # unpinned, over the quota: the oldest leave
         assert _memory(caller, f"plain {i}", vectors[i], anchor=False).status_code == 201
     assert caller.post(f"/api/v1/memories/{pinned}/unpack").status_code == 200
-    assert Episode.objects.get(public_id=pinned).layer == Layer.HOT
+    assert Episode.objects.across_tenants("test").get(public_id=pinned).layer == Layer.HOT
     assert hot_bytes(caller.tenant) <= QUOTA
 
 
@@ -225,7 +246,7 @@ def test_the_policy_refuses_a_cap_below_what_is_pinned_and_takes_one_above(db):
     assert (
         operator.client.patch("/api/v1/policy", {"hot_pinned_share": 1.5}, format="json").status_code == 400
     )
-    assert not PolicyChange.objects.filter(tenant=operator.tenant).exists()
+    assert not PolicyChange.objects.across_tenants("test").filter(tenant=operator.tenant).exists()
 
     # Lower, but still above the pins; and the other tenant, which pins nothing, may go to zero.
     assert (
@@ -247,7 +268,10 @@ def test_the_console_refuses_the_same_pins_and_a_cap_below_them(admin_client):
         "/admin/episodes/episode/", {"action": "pin", "_selected_action": [ids[7]]}, follow=True
     ).content.decode()
     assert "past their cap of 250000 bytes" in page and "Pinned 0 episode(s)" in page
-    assert _held(caller.tenant) == before and Episode.objects.get(pk=ids[7]).anchor is False
+    assert (
+        _held(caller.tenant) == before
+        and Episode.objects.across_tenants("test").get(pk=ids[7]).anchor is False
+    )
 
     policy = policy_for(caller.tenant)
     url = f"/admin/lifecycle/memorypolicy/{policy.pk}/change/"
@@ -255,4 +279,4 @@ def test_the_console_refuses_the_same_pins_and_a_cap_below_them(admin_client):
     assert response.status_code == 200  # the form again, with the reason
     assert f"below the {7 * WEIGHT} bytes this tenant has pinned" in response.content.decode()
     assert policy_for(caller.tenant).hot_pinned_share == 0.25
-    assert not PolicyChange.objects.filter(tenant=caller.tenant).exists()
+    assert not PolicyChange.objects.across_tenants("test").filter(tenant=caller.tenant).exists()

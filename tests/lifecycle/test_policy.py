@@ -30,7 +30,7 @@ def outsider():
 def test_policy_for_creates_the_seed_defaults_once(tenant):
     policy = policy_for(tenant)
     assert policy.pk and policy_for(tenant).pk == policy.pk
-    assert MemoryPolicy.objects.filter(tenant=tenant).count() == 1
+    assert MemoryPolicy.objects.across_tenants("test").filter(tenant=tenant).count() == 1
     assert tenant.policy == policy
     assert (policy.coef_in, policy.coef_out, policy.coef_access, policy.coef_traverse) == (1.0, 0.8, 1.2, 0.8)
     assert (policy.coef_recent_access, policy.coef_recent_link, policy.coef_age) == (1.5, 1.0, 0.3)
@@ -127,7 +127,7 @@ def test_clean_checks_fsrs_bounds_and_llm_settings(tenant):
 def test_database_refuses_bad_values(tenant, values):
     policy = policy_for(tenant)
     with pytest.raises(IntegrityError), transaction.atomic():
-        MemoryPolicy.objects.filter(pk=policy.pk).update(**values)
+        MemoryPolicy.objects.across_tenants("test").filter(pk=policy.pk).update(**values)
     with pytest.raises(IntegrityError), transaction.atomic():
         MemoryPolicy.objects.create(tenant=tenant_create(name="other"), **values)
 
@@ -189,7 +189,10 @@ def test_policy_is_deleted_with_its_tenant_and_journal_survives_an_episode(tenan
     assert entry.episode is None and run.journal_entries.get() == entry
     policy_for(tenant)
     tenant.delete()
-    assert not MemoryPolicy.objects.exists() and not JournalEntry.objects.exists()
+    assert (
+        not MemoryPolicy.objects.across_tenants("test").exists()
+        and not JournalEntry.objects.across_tenants("test").exists()
+    )
 
 
 def test_admin_pages_and_preset_action(client, tenant, outsider):
@@ -247,5 +250,5 @@ def test_a_new_tenant_gets_its_policy_at_once(db):
     from memory_platform.tenancy.services import tenant_create
 
     tenant = tenant_create(name="fresh-policy")
-    assert MemoryPolicy.objects.filter(tenant=tenant).count() == 1
-    assert MemoryPolicy.objects.get(tenant=tenant).preset == "metabolism"
+    assert MemoryPolicy.objects.across_tenants("test").filter(tenant=tenant).count() == 1
+    assert MemoryPolicy.objects.across_tenants("test").get(tenant=tenant).preset == "metabolism"

@@ -29,7 +29,7 @@ def test_read_and_change_the_policy_recorded_with_the_key(operator, outsider):
     changed = operator.client.patch("/api/v1/policy", {"hot_days": 7, "llm_api_key": "sk-1"}, format="json")
     assert changed.status_code == 200, changed.content
     assert changed.json()["hot_days"] == 7 and policy_for(operator.tenant).hot_days == 7
-    record = PolicyChange.objects.get(tenant=operator.tenant)
+    record = PolicyChange.objects.across_tenants("test").get(tenant=operator.tenant)
     assert record.actor == f"api:{operator.key.prefix}"
     assert record.changes == {"hot_days": [14, 7], "llm_api_key": ["(empty)", "(set)"]}
     assert policy_for(outsider.tenant).hot_days == 14  # another tenant's policy is untouched
@@ -53,7 +53,10 @@ def test_a_bad_change_is_refused_and_changes_nothing(operator, body, status):
     before = policy_for(operator.tenant).updated_at
     response = operator.client.patch("/api/v1/policy", body, format="json")
     assert response.status_code == status, (body, response.content)
-    assert policy_for(operator.tenant).updated_at == before and not PolicyChange.objects.exists()
+    assert (
+        policy_for(operator.tenant).updated_at == before
+        and not PolicyChange.objects.across_tenants("test").exists()
+    )
 
 
 def test_only_an_admin_key_reads_or_changes_the_policy(provided):
@@ -63,15 +66,19 @@ def test_only_an_admin_key_reads_or_changes_the_policy(provided):
 
 
 def test_the_preview_answers_moves_and_writes_nothing(operator):
-    before = (TickRun.objects.count(), JournalEntry.objects.count(), policy_for(operator.tenant).hot_days)
+    before = (
+        TickRun.objects.across_tenants("test").count(),
+        JournalEntry.objects.across_tenants("test").count(),
+        policy_for(operator.tenant).hot_days,
+    )
     saved = operator.post("/api/v1/policy/preview", {}).json()
     sooner = operator.post("/api/v1/policy/preview", {"hot_days": 2, "cold_days": 20}).json()
     assert sooner["fields"] == ["cold_days", "hot_days"]
     assert sooner["counts"]["hot_to_warm"] > saved["counts"].get("hot_to_warm", 0), (saved, sooner)
     assert sooner["samples"]["hot_to_warm"]
     assert (
-        TickRun.objects.count(),
-        JournalEntry.objects.count(),
+        TickRun.objects.across_tenants("test").count(),
+        JournalEntry.objects.across_tenants("test").count(),
         policy_for(operator.tenant).hot_days,
     ) == before
     assert operator.post("/api/v1/policy/preview", {"hot_days": 400}).status_code == 409

@@ -39,10 +39,14 @@ def aged(provided):
 
 def _written(tenant):
     return (
-        sorted(Episode.objects.filter(tenant=tenant).values_list("pk", "layer", "state", "version")),
-        JournalEntry.objects.filter(tenant=tenant).count(),
-        TickRun.objects.filter(tenant=tenant).count(),
-        Candidate.objects.filter(tenant=tenant).count(),
+        sorted(
+            Episode.objects.across_tenants("test")
+            .filter(tenant=tenant)
+            .values_list("pk", "layer", "state", "version")
+        ),
+        JournalEntry.objects.across_tenants("test").filter(tenant=tenant).count(),
+        TickRun.objects.across_tenants("test").filter(tenant=tenant).count(),
+        Candidate.objects.across_tenants("test").filter(tenant=tenant).count(),
     )
 
 

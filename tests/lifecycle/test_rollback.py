@@ -31,7 +31,7 @@ COMPARED = [f.name for f in Episode._meta.concrete_fields if f.name not in ("ver
 
 
 def state(pk: int) -> dict:
-    row = Episode.objects.filter(pk=pk).values(*COMPARED).get()
+    row = Episode.objects.across_tenants("test").filter(pk=pk).values(*COMPARED).get()
     row["embedding"] = [round(float(x), 6) for x in row["embedding"]]
     return row
 
@@ -43,29 +43,38 @@ def test_rolling_back_a_move_restores_the_exact_prior_state(provided):
     linked = conversation(tenant, session="r2", idle_days=2, topic=1, seed=2)
     Link.objects.create(tenant=tenant, src_id=linked, dst_id=pk, kind="references")
     before = state(pk)
-    links = list(Link.objects.filter(tenant=tenant).values_list("src_id", "dst_id", "kind"))
+    links = list(
+        Link.objects.across_tenants("test").filter(tenant=tenant).values_list("src_id", "dst_id", "kind")
+    )
 
     tick_run(tenant=tenant, now=NOW)
-    assert Episode.objects.get(pk=pk).layer == Layer.COLD
+    assert Episode.objects.across_tenants("test").get(pk=pk).layer == Layer.COLD
     assert pk not in hot_store().episode_ids(tenant.id.hex)
-    to_warm = JournalEntry.objects.get(episode_id=pk, action="hot_to_warm")
-    to_cold = JournalEntry.objects.get(episode_id=pk, action="warm_to_cold")
+    to_warm = JournalEntry.objects.across_tenants("test").get(episode_id=pk, action="hot_to_warm")
+    to_cold = JournalEntry.objects.across_tenants("test").get(episode_id=pk, action="warm_to_cold")
 
     # Rolling back the move to warm first undoes what came later: the move to cold, the new state.
-    later = list(JournalEntry.objects.filter(episode_id=pk, pk__gte=to_warm.pk).order_by("-pk"))
+    later = list(
+        JournalEntry.objects.across_tenants("test").filter(episode_id=pk, pk__gte=to_warm.pk).order_by("-pk")
+    )
     assert {e.action for e in later} == {"hot_to_warm", "warm_to_cold", "state"}
     undone = rollback_journal_entry(to_warm, now=NOW + timedelta(hours=1), actor="test")
     assert undone == later
     assert state(pk) == before
-    assert list(Link.objects.filter(tenant=tenant).values_list("src_id", "dst_id", "kind")) == links
+    assert (
+        list(
+            Link.objects.across_tenants("test").filter(tenant=tenant).values_list("src_id", "dst_id", "kind")
+        )
+        == links
+    )
     assert pk in hot_store().episode_ids(tenant.id.hex)
     assert_consistent(tenant)
     for entry in (to_warm, to_cold):
         entry.refresh_from_db()
         assert entry.rolled_back_at == NOW + timedelta(hours=1)
-    assert JournalEntry.objects.get(episode_id=pk, action="rollback").after["entries"] == [
-        e.pk for e in later
-    ]
+    assert JournalEntry.objects.across_tenants("test").get(episode_id=pk, action="rollback").after[
+        "entries"
+    ] == [e.pk for e in later]
     with pytest.raises(RollbackError, match="already"):
         rollback_journal_entry(to_cold, now=NOW, actor="test")
 
@@ -76,7 +85,9 @@ def test_rolling_back_only_the_latest_step(provided):
     tick_run(tenant=tenant, now=NOW, steps=["hot_to_warm"])
     warm = state(pk)
     tick_run(tenant=tenant, now=NOW)
-    rollback_journal_entry(JournalEntry.objects.get(episode_id=pk, action="warm_to_cold"), now=NOW)
+    rollback_journal_entry(
+        JournalEntry.objects.across_tenants("test").get(episode_id=pk, action="warm_to_cold"), now=NOW
+    )
     assert state(pk) == warm
     assert_consistent(tenant)
 
@@ -87,8 +98,8 @@ def test_rolling_back_an_unpack_packs_it_again(provided):
     tick_run(tenant=tenant, now=NOW)
     packed = state(pk)
     unpack(tenant=tenant, episode_id=pk, now=NOW + timedelta(hours=1))
-    assert Episode.objects.get(pk=pk).layer == Layer.HOT
-    entry = JournalEntry.objects.get(episode_id=pk, action="unpack")
+    assert Episode.objects.across_tenants("test").get(pk=pk).layer == Layer.HOT
+    entry = JournalEntry.objects.across_tenants("test").get(episode_id=pk, action="unpack")
     rollback_journal_entry(entry, now=NOW + timedelta(hours=2))
     after = state(pk)
     # The unpack's own use of the episode (an access) stays; the layer and its shape go back.
@@ -104,19 +115,23 @@ def test_an_approved_merge_is_soft_and_rolls_back_with_its_link(provided):
     before = state(merged)
 
     candidate_approve(candidate=candidate, now=NOW + timedelta(hours=1), actor="admin:op")
-    assert Candidate.objects.get(pk=candidate.pk).status == "applied"
-    assert Episode.objects.get(pk=merged).state == State.FORGOTTEN
-    assert Episode.objects.get(pk=survivor).state != State.FORGOTTEN
-    assert Link.objects.filter(src_id=merged, dst_id=survivor, kind="merged_into").exists()
+    assert Candidate.objects.across_tenants("test").get(pk=candidate.pk).status == "applied"
+    assert Episode.objects.across_tenants("test").get(pk=merged).state == State.FORGOTTEN
+    assert Episode.objects.across_tenants("test").get(pk=survivor).state != State.FORGOTTEN
+    assert (
+        Link.objects.across_tenants("test")
+        .filter(src_id=merged, dst_id=survivor, kind="merged_into")
+        .exists()
+    )
     assert hot_store().episode_ids(tenant.id.hex) == {survivor}
     with pytest.raises(CandidateError):
         candidate_approve(candidate=candidate, now=NOW, actor="admin:op")
 
-    entry = JournalEntry.objects.get(episode_id=merged, action="merge")
+    entry = JournalEntry.objects.across_tenants("test").get(episode_id=merged, action="merge")
     rollback_journal_entry(entry, now=NOW + timedelta(hours=2), actor="admin:op")
     assert state(merged) == before
-    assert not Link.objects.filter(kind="merged_into").exists()
-    assert Candidate.objects.get(pk=candidate.pk).status == "proposed"
+    assert not Link.objects.across_tenants("test").filter(kind="merged_into").exists()
+    assert Candidate.objects.across_tenants("test").get(pk=candidate.pk).status == "proposed"
     assert hot_store().episode_ids(tenant.id.hex) == {merged, survivor}
     assert_consistent(tenant)
 
@@ -126,25 +141,33 @@ def test_delete_candidates_approve_reject_and_roll_back(provided):
     old = memory(tenant, text="A passing remark about rain in Oslo.", idle_days=300, seed=6)
     other = memory(tenant, text="A passing remark about snow in Bergen.", idle_days=300, seed=7)
     tick_run(tenant=tenant, now=NOW)
-    first, second = Candidate.objects.filter(tenant=tenant, kind="delete").order_by("episode_id")
+    first, second = (
+        Candidate.objects.across_tenants("test").filter(tenant=tenant, kind="delete").order_by("episode_id")
+    )
     assert (first.episode_id, second.episode_id) == (old, other)
 
     candidate_reject(candidate=second, now=NOW, actor="admin:op")
-    assert Candidate.objects.get(pk=second.pk).status == "rejected"
-    assert Episode.objects.get(pk=other).state == State.DELETE_CANDIDATE  # rejecting deletes nothing
+    assert Candidate.objects.across_tenants("test").get(pk=second.pk).status == "rejected"
+    assert (
+        Episode.objects.across_tenants("test").get(pk=other).state == State.DELETE_CANDIDATE
+    )  # rejecting deletes nothing
 
     candidate_approve(candidate=first, now=NOW, actor="admin:op")
-    forgotten = Episode.objects.get(pk=old)
+    forgotten = Episode.objects.across_tenants("test").get(pk=old)
     assert forgotten.state == State.FORGOTTEN and forgotten.state_before_forget == State.DELETE_CANDIDATE
-    rollback_journal_entry(JournalEntry.objects.get(episode_id=old, action="delete"), now=NOW)
-    restored = Episode.objects.get(pk=old)
+    rollback_journal_entry(
+        JournalEntry.objects.across_tenants("test").get(episode_id=old, action="delete"), now=NOW
+    )
+    restored = Episode.objects.across_tenants("test").get(pk=old)
     assert restored.state == State.DELETE_CANDIDATE and restored.forgotten_at is None
     assert restored.state_before_forget == ""
 
     # Undoing the tick's state change also withdraws the proposal it made.
-    rollback_journal_entry(JournalEntry.objects.get(episode_id=old, action="state"), now=NOW)
-    assert Episode.objects.get(pk=old).state == State.ACTIVE
-    assert not Candidate.objects.filter(pk=first.pk).exists()
+    rollback_journal_entry(
+        JournalEntry.objects.across_tenants("test").get(episode_id=old, action="state"), now=NOW
+    )
+    assert Episode.objects.across_tenants("test").get(pk=old).state == State.ACTIVE
+    assert not Candidate.objects.across_tenants("test").filter(pk=first.pk).exists()
 
 
 def test_a_purge_cannot_be_rolled_back(provided):
@@ -153,9 +176,9 @@ def test_a_purge_cannot_be_rolled_back(provided):
     from lifecycle.forgetting import forget_journaled
 
     forget_journaled(tenant=tenant, episode_id=pk, now=NOW - timedelta(days=40), actor="api")
-    forget_entry = JournalEntry.objects.get(episode_id=pk, action="forget")
+    forget_entry = JournalEntry.objects.across_tenants("test").get(episode_id=pk, action="forget")
     tick_run(tenant=tenant, now=NOW)
-    purge = JournalEntry.objects.get(episode_id_value=pk, action="purge")
+    purge = JournalEntry.objects.across_tenants("test").get(episode_id_value=pk, action="purge")
     with pytest.raises(RollbackError, match="cannot be rolled back"):
         rollback_journal_entry(purge, now=NOW)
     with pytest.raises(RollbackError, match="no longer exists"):
@@ -172,7 +195,7 @@ def test_admin_rolls_back_and_decides(client, provided):
     assert client.get("/admin/lifecycle/journalentry/").status_code == 200
     assert client.get("/admin/lifecycle/candidate/").status_code == 200
 
-    entry = JournalEntry.objects.get(episode_id=pk, action="hot_to_warm")
+    entry = JournalEntry.objects.across_tenants("test").get(episode_id=pk, action="hot_to_warm")
     chosen = {"action": "roll_back", "_selected_action": [entry.pk]}
     # first a page saying what will change, and nothing changed yet
     confirmation = client.post("/admin/lifecycle/journalentry/", chosen).content.decode()
@@ -181,13 +204,15 @@ def test_admin_rolls_back_and_decides(client, provided):
         and "hot_to_warm" in confirmation
         and "Yes, roll back" in confirmation
     )
-    assert Episode.objects.get(pk=pk).layer == Layer.WARM
+    assert Episode.objects.across_tenants("test").get(pk=pk).layer == Layer.WARM
     response = client.post("/admin/lifecycle/journalentry/", {**chosen, "confirmed": "yes"}, follow=True)
     assert response.status_code == 200
-    assert Episode.objects.get(pk=pk).layer == Layer.HOT
-    assert JournalEntry.objects.get(episode_id=pk, action="rollback").actor == "admin:op"
+    assert Episode.objects.across_tenants("test").get(pk=pk).layer == Layer.HOT
+    assert (
+        JournalEntry.objects.across_tenants("test").get(episode_id=pk, action="rollback").actor == "admin:op"
+    )
 
-    candidate = Candidate.objects.get(episode_id=old, kind="delete")
+    candidate = Candidate.objects.across_tenants("test").get(episode_id=old, kind="delete")
     client.post("/admin/lifecycle/candidate/", {"action": "approve", "_selected_action": [candidate.pk]})
-    assert Episode.objects.get(pk=old).state == State.FORGOTTEN
-    assert Candidate.objects.get(pk=candidate.pk).decided_by == "admin:op"
+    assert Episode.objects.across_tenants("test").get(pk=old).state == State.FORGOTTEN
+    assert Candidate.objects.across_tenants("test").get(pk=candidate.pk).decided_by == "admin:op"

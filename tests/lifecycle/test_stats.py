@@ -89,7 +89,7 @@ def test_last_24_hours_subtract_the_snapshot_of_a_day_before(caller):
     # snapshots older than the kept days go when the next ones are taken
     old = TenantSnapshot.objects.create(tenant=caller.tenant, taken_at=now - timedelta(days=91), data={})
     assert take_snapshots(now)["removed"] == 1
-    assert not TenantSnapshot.objects.filter(pk=old.pk).exists()
+    assert not TenantSnapshot.objects.across_tenants("test").filter(pk=old.pk).exists()
 
 
 def test_statements_do_not_grow_with_tenants_or_episodes(provided):

@@ -41,7 +41,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_tick_at_a_controlled_now_moves_exactly_what_the_policy_says(provided, ages, capsys):
     tenant = provided.tenant
     expected = expected_layers(tenant, NOW)
-    hot_entities = dict(Episode.objects.filter(tenant=tenant).values_list("pk", "entities"))
+    hot_entities = dict(
+        Episode.objects.across_tenants("test").filter(tenant=tenant).values_list("pk", "entities")
+    )
     assert [expected[ages[d]] for d in IDLE_DAYS] == ["hot", "hot", "warm", "warm", "cold", "cold"]
     assert expected[ages["anchor"]] == "hot"
 
@@ -50,13 +52,13 @@ def test_tick_at_a_controlled_now_moves_exactly_what_the_policy_says(provided, a
     assert layers(tenant) == expected
     out = capsys.readouterr().out
     assert "hot_to_warm 4" in out and "warm_to_cold 2" in out
-    run = TickRun.objects.get(tenant=tenant)
+    run = TickRun.objects.across_tenants("test").get(tenant=tenant)
     assert run.status == "succeeded" and run.now_used == NOW and run.duration_ms is not None
     assert run.counts["hot_to_warm"] == 4 and run.counts["warm_to_cold"] == 2
     assert_consistent(tenant)
 
     for days in (20, 50, 100, 200):
-        episode = Episode.objects.get(pk=ages[days])
+        episode = Episode.objects.across_tenants("test").get(pk=ages[days])
         assert episode.summary and episode.key_points is not None and episode.packed_chars > 0
         assert 0 < episode.packed_chars < episode.raw_chars
         shape = WarmShape(episode.summary, episode.key_points, episode.entities, episode.decisions)
@@ -74,9 +76,11 @@ def test_tick_at_a_controlled_now_moves_exactly_what_the_policy_says(provided, a
         assert hot_entities[episode.pk]
         for entity in hot_entities[episode.pk]:
             assert entity.lower() in shape.text().lower()
-        assert Turn.objects.filter(episode=episode).count() == 5  # raw turns are never dropped
+        assert (
+            Turn.objects.across_tenants("test").filter(episode=episode).count() == 5
+        )  # raw turns are never dropped
     # Every change is journaled with its before-state.
-    entries = JournalEntry.objects.filter(tenant=tenant, tick_run=run)
+    entries = JournalEntry.objects.across_tenants("test").filter(tenant=tenant, tick_run=run)
     assert sorted(entries.values_list("action", flat=True)).count("hot_to_warm") == 4
     for entry in entries.filter(action="hot_to_warm"):
         assert entry.before["layer"] == "hot" and entry.before["search_text"]
@@ -85,13 +89,16 @@ def test_tick_at_a_controlled_now_moves_exactly_what_the_policy_says(provided, a
 def test_a_second_tick_at_the_same_now_changes_nothing(provided, ages):
     tenant = provided.tenant
     tick_run(tenant=tenant, now=NOW)
-    versions = dict(Episode.objects.filter(tenant=tenant).values_list("pk", "version"))
-    journal = JournalEntry.objects.filter(tenant=tenant).count()
+    versions = dict(Episode.objects.across_tenants("test").filter(tenant=tenant).values_list("pk", "version"))
+    journal = JournalEntry.objects.across_tenants("test").filter(tenant=tenant).count()
     again = tick_run(tenant=tenant, now=NOW)
     assert again.status == "succeeded"
     assert not {k for k in again.counts if k not in ("scored",)}
-    assert dict(Episode.objects.filter(tenant=tenant).values_list("pk", "version")) == versions
-    assert JournalEntry.objects.filter(tenant=tenant).count() == journal
+    assert (
+        dict(Episode.objects.across_tenants("test").filter(tenant=tenant).values_list("pk", "version"))
+        == versions
+    )
+    assert JournalEntry.objects.across_tenants("test").filter(tenant=tenant).count() == journal
 
 
 def test_anchors_never_go_cold(provided):
@@ -100,11 +107,13 @@ def test_anchors_never_go_cold(provided):
     warm_anchor = memory(
         tenant, text="Standing instruction: never book red-eye flights.", idle_days=1000, anchor=True, seed=2
     )
-    Episode.objects.filter(pk=warm_anchor).update(layer=Layer.WARM, summary="never book red-eye flights")
+    Episode.objects.across_tenants("test").filter(pk=warm_anchor).update(
+        layer=Layer.WARM, summary="never book red-eye flights"
+    )
     hot_store().remove_episode(
         tenant.id.hex,
         warm_anchor,
-        list(Turn.objects.filter(episode_id=warm_anchor).values_list("pk", flat=True)),
+        list(Turn.objects.across_tenants("test").filter(episode_id=warm_anchor).values_list("pk", flat=True)),
     )
     plain = memory(tenant, text="The user once liked jazz.", idle_days=1000, seed=3)
     for days in (0, 30, 200, 2000):
@@ -112,9 +121,12 @@ def test_anchors_never_go_cold(provided):
         assert layers(tenant)[hot_anchor] == "hot"
         assert layers(tenant)[warm_anchor] == "warm"
     assert layers(tenant)[plain] == "cold"
-    assert Episode.objects.get(pk=hot_anchor).state == State.ACTIVE  # anchors never decay
     assert (
-        not JournalEntry.objects.filter(episode_id__in=[hot_anchor, warm_anchor])
+        Episode.objects.across_tenants("test").get(pk=hot_anchor).state == State.ACTIVE
+    )  # anchors never decay
+    assert (
+        not JournalEntry.objects.across_tenants("test")
+        .filter(episode_id__in=[hot_anchor, warm_anchor])
         .exclude(action="state")
         .exists()
     )
@@ -131,9 +143,9 @@ def test_an_episode_touched_during_its_migration_stays_where_it_was(provided):
 
     run = tick_run(tenant=tenant, now=NOW, hook=hook, steps=["hot_to_warm"])
     assert run.counts["abandoned"] == 1 and run.counts["hot_to_warm"] == 1
-    episode = Episode.objects.get(pk=touched)
+    episode = Episode.objects.across_tenants("test").get(pk=touched)
     assert episode.layer == Layer.HOT and episode.summary == "" and episode.access_count == 1
-    assert not JournalEntry.objects.filter(episode_id=touched).exists()
+    assert not JournalEntry.objects.across_tenants("test").filter(episode_id=touched).exists()
     assert layers(tenant)[other] == Layer.WARM
     assert_consistent(tenant)
     # Used now, it is no longer idle: the next tick leaves it hot.
@@ -156,12 +168,12 @@ def test_another_tenants_policy_changes_nothing_of_ours(provided):
         "last_accessed_at",
         "needs_reindex",
     )
-    before = list(Episode.objects.filter(pk__in=ours).values(*fields))
+    before = list(Episode.objects.across_tenants("test").filter(pk__in=ours).values(*fields))
 
     tick_run(tenant=outsider, now=NOW)
     assert {layers(outsider)[pk] for pk in theirs} == {"cold"}
-    assert list(Episode.objects.filter(pk__in=ours).values(*fields)) == before
-    assert not JournalEntry.objects.filter(tenant=provided.tenant).exists()
+    assert list(Episode.objects.across_tenants("test").filter(pk__in=ours).values(*fields)) == before
+    assert not JournalEntry.objects.across_tenants("test").filter(tenant=provided.tenant).exists()
 
     tick_run(tenant=provided.tenant, now=NOW)
     assert {layers(provided.tenant)[pk] for pk in ours} == {"hot"}  # our hot_days is still 14
@@ -175,7 +187,7 @@ def test_the_session_cap_and_the_hot_quota_demote_the_least_active_first(provide
     same_session = []
     for i, uses in enumerate([5, 0, 3, 1]):
         pk = memory(tenant, text=f"note {i} about the Apollo migration", idle_days=2, seed=20 + i)
-        Episode.objects.filter(pk=pk).update(session_id="busy", access_count=uses)
+        Episode.objects.across_tenants("test").filter(pk=pk).update(session_id="busy", access_count=uses)
         same_session.append(pk)
     elsewhere = [memory(tenant, text=f"other note {i}", idle_days=3 + i, seed=30 + i) for i in range(2)]
 
@@ -184,7 +196,11 @@ def test_the_session_cap_and_the_hot_quota_demote_the_least_active_first(provide
     # session cap: the two least used of the session leave; quota 3: of the 4 left, the weakest goes
     assert [now_layers[pk] for pk in same_session] == ["hot", "warm", "hot", "warm"]
     assert [now_layers[pk] for pk in elsewhere] == ["hot", "warm"]
-    reasons = dict(JournalEntry.objects.filter(tick_run=run).values_list("episode_id", "after__reason"))
+    reasons = dict(
+        JournalEntry.objects.across_tenants("test")
+        .filter(tick_run=run)
+        .values_list("episode_id", "after__reason")
+    )
     assert reasons == {
         same_session[1]: "session_cap",
         same_session[3]: "session_cap",
@@ -199,16 +215,16 @@ def test_warm_compression_deepens_with_age(provided):
     policy = policy_for(tenant)
     pk = conversation(tenant, session="g", idle_days=15, seed=3, texts=LONG)
     tick_run(tenant=tenant, now=NOW)
-    first = Episode.objects.get(pk=pk)
+    first = Episode.objects.across_tenants("test").get(pk=pk)
     assert first.layer == Layer.WARM and len(first.key_points) >= 3
     later = NOW + timedelta(days=45)  # idle 60 days: fewer points
     keep = warm_points_for_age(60, policy)
     run = tick_run(tenant=tenant, now=later)
-    trimmed = Episode.objects.get(pk=pk)
+    trimmed = Episode.objects.across_tenants("test").get(pk=pk)
     assert trimmed.layer == Layer.WARM
     assert trimmed.key_points == first.key_points[:keep] and len(trimmed.key_points) < len(first.key_points)
     assert trimmed.packed_chars < first.packed_chars
-    entry = JournalEntry.objects.get(tick_run=run, action="warm_gradient")
+    entry = JournalEntry.objects.across_tenants("test").get(tick_run=run, action="warm_gradient")
     assert entry.before["key_points"] == first.key_points
 
 
@@ -216,7 +232,7 @@ def test_repeated_use_brings_a_packed_episode_back_to_hot(provided):
     tenant = provided.tenant
     pk = conversation(tenant, session="p", idle_days=100, topic=2, seed=4)
     tick_run(tenant=tenant, now=NOW)
-    packed = Episode.objects.get(pk=pk)
+    packed = Episode.objects.across_tenants("test").get(pk=pk)
     assert packed.layer == Layer.COLD
 
     for hours in (1, 2):
@@ -227,11 +243,11 @@ def test_repeated_use_brings_a_packed_episode_back_to_hot(provided):
     record_access(tenant=tenant, episode_ids=[pk], now=NOW + timedelta(days=2))
     later = NOW + timedelta(days=2, hours=1)
     run = tick_run(tenant=tenant, now=later)
-    restored = Episode.objects.get(pk=pk)
+    restored = Episode.objects.across_tenants("test").get(pk=pk)
     assert restored.layer == Layer.HOT and restored.restored_at == later
     assert restored.summary == packed.summary and restored.headline == packed.headline  # packed copy kept
     assert run.counts["cold_to_hot"] == 1
-    entry = JournalEntry.objects.get(tick_run=run, action="promote")
+    entry = JournalEntry.objects.across_tenants("test").get(tick_run=run, action="promote")
     assert entry.before["layer"] == "cold" and entry.after["accesses"] == 3
     assert_consistent(tenant)
 
@@ -258,24 +274,26 @@ def test_states_and_candidates_are_marked_never_applied(provided):
     )
 
     run = tick_run(tenant=tenant, now=NOW)
-    assert Episode.objects.get(pk=old).state == State.DELETE_CANDIDATE
-    delete = Candidate.objects.get(tenant=tenant, kind="delete")
+    assert Episode.objects.across_tenants("test").get(pk=old).state == State.DELETE_CANDIDATE
+    delete = Candidate.objects.across_tenants("test").get(tenant=tenant, kind="delete")
     assert delete.episode_id == old and delete.status == "proposed"
-    merge = Candidate.objects.get(tenant=tenant, kind="merge")
+    merge = Candidate.objects.across_tenants("test").get(tenant=tenant, kind="merge")
     assert {merge.episode_id, merge.other_id} == {a, b} and merge.similarity >= 0.92
     # Only marked: nothing is forgotten, merged or linked by a tick.
-    assert not Episode.objects.filter(tenant=tenant, state=State.FORGOTTEN).exists()
-    assert not Link.objects.filter(tenant=tenant, kind="merged_into").exists()
-    assert JournalEntry.objects.filter(tick_run=run, action="propose_merge").count() == 1
+    assert not Episode.objects.across_tenants("test").filter(tenant=tenant, state=State.FORGOTTEN).exists()
+    assert not Link.objects.across_tenants("test").filter(tenant=tenant, kind="merged_into").exists()
+    assert (
+        JournalEntry.objects.across_tenants("test").filter(tick_run=run, action="propose_merge").count() == 1
+    )
     # Idempotent: no second proposal.
     tick_run(tenant=tenant, now=NOW + timedelta(hours=1))
-    assert Candidate.objects.filter(tenant=tenant).count() == 2
+    assert Candidate.objects.across_tenants("test").filter(tenant=tenant).count() == 2
 
     # Used again, it is no longer a delete candidate and its proposal is withdrawn.
     record_access(tenant=tenant, episode_ids=[old], now=NOW + timedelta(hours=2))
     tick_run(tenant=tenant, now=NOW + timedelta(hours=3))
-    assert Episode.objects.get(pk=old).state == State.DORMANT
-    assert Candidate.objects.get(pk=delete.pk).status == "rejected"
+    assert Episode.objects.across_tenants("test").get(pk=old).state == State.DORMANT
+    assert Candidate.objects.across_tenants("test").get(pk=delete.pk).status == "rejected"
 
 
 def unit_vectors_pair():
@@ -288,7 +306,7 @@ def test_a_dormant_hot_episode_is_tagged_in_redis(provided):
     strict_thresholds(tenant)
     pk = memory(tenant, text="An unlinked remark nobody used.", idle_days=5, seed=8)
     tick_run(tenant=tenant, now=NOW)
-    assert Episode.objects.get(pk=pk).state == State.DORMANT
+    assert Episode.objects.across_tenants("test").get(pk=pk).state == State.DORMANT
     from episodes.scope import Scope
 
     assert hot_store().episode_ids(tenant.id.hex, Scope(states=("active",))) == set()
@@ -305,9 +323,12 @@ def test_forgotten_episodes_are_purged_only_after_the_grace_period(provided):
 
     run = tick_run(tenant=tenant, now=NOW)
     assert run.counts["purged"] == 1
-    assert not Episode.objects.filter(pk=due).exists() and not Turn.objects.filter(episode_id=due).exists()
-    assert Episode.objects.get(pk=recent).state == State.FORGOTTEN
-    note = JournalEntry.objects.get(action="purge")
+    assert (
+        not Episode.objects.across_tenants("test").filter(pk=due).exists()
+        and not Turn.objects.across_tenants("test").filter(episode_id=due).exists()
+    )
+    assert Episode.objects.across_tenants("test").get(pk=recent).state == State.FORGOTTEN
+    note = JournalEntry.objects.across_tenants("test").get(action="purge")
     assert note.episode_id is None and note.episode_id_value == due
     # its shape only: nothing it said, nor whose it was
     assert set(note.before) == {"kind", "layer", "turn_count", "forgotten_at"}

@@ -34,7 +34,9 @@ FAULTS = [
 def test_a_tick_killed_halfway_and_run_again_loses_and_duplicates_nothing(provided, ages, fault):
     tenant = provided.tenant
     expected = expected_layers(tenant, NOW)
-    turns_before = dict(Episode.objects.filter(tenant=tenant).values_list("pk", "turn_count"))
+    turns_before = dict(
+        Episode.objects.across_tenants("test").filter(tenant=tenant).values_list("pk", "turn_count")
+    )
     movers = sorted(pk for pk in expected if expected[pk] != "hot")
     label = fault.replace("first", str(movers[0])).replace("second", str(movers[1]))
 
@@ -44,7 +46,7 @@ def test_a_tick_killed_halfway_and_run_again_loses_and_duplicates_nothing(provid
 
     with pytest.raises(TickInterrupted):
         tick_run(tenant=tenant, now=NOW, hook=hook)
-    failed = TickRun.objects.get(tenant=tenant)
+    failed = TickRun.objects.across_tenants("test").get(tenant=tenant)
     assert failed.status == "failed" and failed.errors[-1]["error"].startswith("TickInterrupted")
     if fault.startswith("moved:"):  # killed between the commit and Redis: in both tiers for now
         stranded = int(label.split(":")[1])
@@ -53,13 +55,18 @@ def test_a_tick_killed_halfway_and_run_again_loses_and_duplicates_nothing(provid
     run = tick_run(tenant=tenant, now=NOW)
     assert run.status == "succeeded", run.errors
     assert layers(tenant) == expected
-    assert dict(Episode.objects.filter(tenant=tenant).values_list("pk", "turn_count")) == turns_before
-    assert Turn.objects.filter(tenant=tenant).count() == sum(turns_before.values())
+    assert (
+        dict(Episode.objects.across_tenants("test").filter(tenant=tenant).values_list("pk", "turn_count"))
+        == turns_before
+    )
+    assert Turn.objects.across_tenants("test").filter(tenant=tenant).count() == sum(turns_before.values())
     assert_consistent(tenant)
     # Each episode was moved once per transition, never twice.
     for action in ("hot_to_warm", "warm_to_cold"):
         moved = list(
-            JournalEntry.objects.filter(tenant=tenant, action=action).values_list("episode_id", flat=True)
+            JournalEntry.objects.across_tenants("test")
+            .filter(tenant=tenant, action=action)
+            .values_list("episode_id", flat=True)
         )
         assert len(moved) == len(set(moved))
 
@@ -82,7 +89,11 @@ def test_a_tick_killed_before_redis_heals_within_a_minute(provided, ages):
 
     with pytest.raises(TickInterrupted):
         tick_run(tenant=tenant, now=NOW, hook=hook)
-    stranded = set(Episode.objects.filter(tenant=tenant, layer=Layer.WARM).values_list("pk", flat=True))
+    stranded = set(
+        Episode.objects.across_tenants("test")
+        .filter(tenant=tenant, layer=Layer.WARM)
+        .values_list("pk", flat=True)
+    )
     assert stranded and stranded <= hot_store().episode_ids(tenant.id.hex)
     query = {"vector": vectors_near(50, 5)[0].tolist(), "layers": ["hot"], "view": "full", "limit": 20}
     found = provided.post("/api/v1/search", query).json()["results"]
@@ -106,7 +117,11 @@ def test_redis_down_during_the_move_is_repaired_by_the_next_tick(provided, ages,
     monkeypatch.setattr(HotStore, "remove_episode", unreachable)
     run = tick_run(tenant=tenant, now=NOW, steps=["hot_to_warm"])
     assert run.counts["hot_to_warm"] == 4
-    stranded = set(Episode.objects.filter(tenant=tenant, needs_reindex=True).values_list("pk", flat=True))
+    stranded = set(
+        Episode.objects.across_tenants("test")
+        .filter(tenant=tenant, needs_reindex=True)
+        .values_list("pk", flat=True)
+    )
     assert stranded == {ages[d] for d in (20, 50, 100, 200)}
     assert stranded <= hot_store().episode_ids(tenant.id.hex)  # still in Redis, and marked
     monkeypatch.undo()

@@ -27,7 +27,7 @@ def test_pinning_a_cold_episode_promotes_it_journaled_and_reversible(provided):
     tenant = provided.tenant
     pk = conversation(tenant, session="c", idle_days=120, topic=0, seed=1)
     tick_run(tenant=tenant, now=NOW)
-    cold = Episode.objects.get(pk=pk)
+    cold = Episode.objects.across_tenants("test").get(pk=pk)
     assert cold.layer == Layer.COLD and pk not in _in_redis(tenant)
 
     pinned = episode_pin(tenant=tenant, episode_id=pk, anchor=True, now=NOW, actor="api:test")
@@ -36,12 +36,12 @@ def test_pinning_a_cold_episode_promotes_it_journaled_and_reversible(provided):
     turns = list(pinned.turns.order_by("seq").values_list("text", flat=True))
     assert pinned.search_text == "\n".join(turns)
     assert pk in _in_redis(tenant)
-    entry = JournalEntry.objects.get(episode_id=pk, action="pin")
+    entry = JournalEntry.objects.across_tenants("test").get(episode_id=pk, action="pin")
     assert entry.before["layer"] == "cold" and entry.before["anchor"] is False
     assert entry.after["reason"] == "pin" and entry.actor == "api:test"
 
     rollback_journal_entry(entry, now=NOW + timedelta(minutes=1))
-    back = Episode.objects.get(pk=pk)
+    back = Episode.objects.across_tenants("test").get(pk=pk)
     assert (back.layer, back.anchor, back.search_text) == (Layer.COLD, False, cold.search_text)
     assert pk not in _in_redis(tenant)
     assert_consistent(tenant)
@@ -51,9 +51,9 @@ def test_pinning_a_hot_episode_is_journaled_without_a_move(provided):
     tenant = provided.tenant
     pk = conversation(tenant, session="h", idle_days=0, topic=1, seed=2)
     episode_pin(tenant=tenant, episode_id=pk, anchor=True, now=NOW, actor="api:test")
-    entry = JournalEntry.objects.get(episode_id=pk, action="anchor")
+    entry = JournalEntry.objects.across_tenants("test").get(episode_id=pk, action="anchor")
     assert entry.before == {"anchor": False} and entry.after == {"anchor": True}
-    assert Episode.objects.get(pk=pk).layer == Layer.HOT
+    assert Episode.objects.across_tenants("test").get(pk=pk).layer == Layer.HOT
 
 
 def test_an_operator_packs_and_the_pack_is_journaled_and_leaves_redis(provided):
@@ -61,9 +61,14 @@ def test_an_operator_packs_and_the_pack_is_journaled_and_leaves_redis(provided):
     pk = conversation(tenant, session="p", idle_days=0, topic=2, seed=3)
     assert pk in _in_redis(tenant)
     episode_pack(tenant=tenant, episode_id=pk, layer=Layer.COLD, now=NOW, actor="admin:op")
-    episode = Episode.objects.get(pk=pk)
+    episode = Episode.objects.across_tenants("test").get(pk=pk)
     assert episode.layer == Layer.COLD and episode.headline and episode.summary
-    actions = list(JournalEntry.objects.filter(episode_id=pk).order_by("pk").values_list("action", "actor"))
+    actions = list(
+        JournalEntry.objects.across_tenants("test")
+        .filter(episode_id=pk)
+        .order_by("pk")
+        .values_list("action", "actor")
+    )
     assert actions == [("hot_to_warm", "admin:op"), ("warm_to_cold", "admin:op")]
     assert pk not in _in_redis(tenant)
     assert_consistent(tenant)
@@ -76,8 +81,10 @@ def test_a_move_halts_when_the_episode_was_touched(provided):
 
     tenant = provided.tenant
     pk = conversation(tenant, session="t", idle_days=0, topic=0, seed=4)
-    stale = Episode.objects.get(pk=pk)
-    Episode.objects.filter(pk=pk).update(version=stale.version + 1)  # a search touched it
+    stale = Episode.objects.across_tenants("test").get(pk=pk)
+    Episode.objects.across_tenants("test").filter(pk=pk).update(
+        version=stale.version + 1
+    )  # a search touched it
     moved = transitions.demote_to_warm(
         stale,
         WarmShape("s", ["p"], [], []),
@@ -85,8 +92,8 @@ def test_a_move_halts_when_the_episode_was_touched(provided):
         reason="idle",
         source="test",
     )
-    assert not moved and Episode.objects.get(pk=pk).layer == Layer.HOT
-    assert not JournalEntry.objects.filter(episode_id=pk).exists()
+    assert not moved and Episode.objects.across_tenants("test").get(pk=pk).layer == Layer.HOT
+    assert not JournalEntry.objects.across_tenants("test").filter(episode_id=pk).exists()
     with pytest.raises(ValueError):
         transitions.write_if_unchanged(stale, Layer.HOT, layer=Layer.COLD)
 
@@ -100,16 +107,21 @@ def test_the_admin_shows_layer_and_state_read_only_and_moves_through_actions(adm
 
     # A forged form that names the layer changes nothing.
     admin_client.post(url, {"layer": "cold", "state": "dormant", "title": "renamed"})
-    episode = Episode.objects.get(pk=pk)
+    episode = Episode.objects.across_tenants("test").get(pk=pk)
     assert (episode.layer, episode.state) == (Layer.HOT, "active")
 
     changelist = "/admin/episodes/episode/"
     response = admin_client.post(changelist, {"action": "pack_warm", "_selected_action": [pk]})
     assert response.status_code == 302
-    assert Episode.objects.get(pk=pk).layer == Layer.WARM
+    assert Episode.objects.across_tenants("test").get(pk=pk).layer == Layer.WARM
     admin_client.post(changelist, {"action": "unpack", "_selected_action": [pk]})
-    assert Episode.objects.get(pk=pk).layer == Layer.HOT
-    actions = list(JournalEntry.objects.filter(episode_id=pk).order_by("pk").values_list("action", "actor"))
+    assert Episode.objects.across_tenants("test").get(pk=pk).layer == Layer.HOT
+    actions = list(
+        JournalEntry.objects.across_tenants("test")
+        .filter(episode_id=pk)
+        .order_by("pk")
+        .values_list("action", "actor")
+    )
     assert actions == [("hot_to_warm", "admin:op"), ("unpack", "admin:op")]
     assert_consistent(tenant)
     listing = admin_client.get(changelist).content.decode()

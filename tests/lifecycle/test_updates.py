@@ -41,7 +41,7 @@ def maya(caller, user="maya"):
     turns(caller, "dinner-plans", DINNER, user=user, at=AUGUST)
     turns(caller, "flat-hunt", FLAT_HUNT, user=user, at=AUGUST + timedelta(days=9))
     turns(caller, "the-lease", LEASE, user=user, at=AUGUST + timedelta(days=40))
-    mine = Episode.objects.filter(tenant=caller.tenant, user_id=user)
+    mine = Episode.objects.across_tenants("test").filter(tenant=caller.tenant, user_id=user)
     return {
         name: mine.filter(session_id=name).latest("pk") for name in ("dinner-plans", "flat-hunt", "the-lease")
     }
@@ -51,7 +51,7 @@ def test_the_lease_supersedes_the_flat_hunt_and_ranks_first(caller):
     episodes = maya(caller)
     hunt, lease = episodes["flat-hunt"], episodes["the-lease"]
     said = (hunt.entities, hunt.decisions, hunt.state)
-    links = Link.objects.filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES)
+    links = Link.objects.across_tenants("test").filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES)
     assert list(links.values_list("src_id", "dst_id")) == [(lease.pk, hunt.pk)]
     assert superseded_by(caller.tenant, [e.pk for e in episodes.values()]) == {hunt.pk: lease.public_id}
 
@@ -69,13 +69,17 @@ def test_the_lease_supersedes_the_flat_hunt_and_ranks_first(caller):
 def test_the_change_is_journaled_and_a_rollback_removes_it_for_good(caller):
     episodes = maya(caller)
     hunt, lease = episodes["flat-hunt"], episodes["the-lease"]
-    entry = JournalEntry.objects.get(tenant=caller.tenant, action=ACTION)
+    entry = JournalEntry.objects.across_tenants("test").get(tenant=caller.tenant, action=ACTION)
     assert entry.episode_id == hunt.pk and entry.actor == "ingest"
     assert entry.after["links_created"] == [[lease.pk, hunt.pk, "supersedes"]]
     assert entry.after["superseded_by"] == lease.public_id and "Alfama" in entry.after["entities"]
 
     rollback_journal_entry(entry, now=AUGUST + timedelta(days=41), actor="op")
-    assert not Link.objects.filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES).exists()
+    assert (
+        not Link.objects.across_tenants("test")
+        .filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES)
+        .exists()
+    )
     assert superseded_by(caller.tenant, [hunt.pk]) == {}
     # The operator's rollback stands: the lease saying it again links nothing.
     again = ["So it is Arroios now, not Alfama."]
@@ -83,37 +87,58 @@ def test_the_change_is_journaled_and_a_rollback_removes_it_for_good(caller):
         caller, "the-lease", again, user="maya", at=AUGUST + timedelta(days=40, minutes=5), boundary=False
     )
     assert said["turns"][0]["episode_id"] == lease.public_id
-    assert not Link.objects.filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES).exists()
+    assert (
+        not Link.objects.across_tenants("test")
+        .filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES)
+        .exists()
+    )
 
 
 def test_an_outsider_with_identical_memories_is_never_linked_to_the_tenant(caller, outsider):
     maya(caller)
     # The outsider's only memory is the lease: the tenant's flat hunt is not what it replaces.
     turns(outsider, "the-lease", LEASE, user="maya", at=AUGUST + timedelta(days=40))
-    assert not Link.objects.filter(tenant=outsider.tenant).exclude(kind=LinkKind.CONTINUES).exists()
+    assert (
+        not Link.objects.across_tenants("test")
+        .filter(tenant=outsider.tenant)
+        .exclude(kind=LinkKind.CONTINUES)
+        .exists()
+    )
     # With the same sessions, each tenant links its own two memories, and nothing across.
     theirs = maya(outsider)
-    supersedes = Link.objects.filter(kind=LinkKind.SUPERSEDES)
+    supersedes = Link.objects.across_tenants("test").filter(kind=LinkKind.SUPERSEDES)
     assert supersedes.count() == 2
     assert not supersedes.exclude(src__tenant=F("tenant"), dst__tenant=F("tenant")).exists()
     hunt = theirs["flat-hunt"]
     assert superseded_by(outsider.tenant, [hunt.pk]) == {hunt.pk: theirs["the-lease"].public_id}
-    mine = set(Episode.objects.filter(tenant=caller.tenant).values_list("public_id", flat=True))
+    mine = set(
+        Episode.objects.across_tenants("test")
+        .filter(tenant=caller.tenant)
+        .values_list("public_id", flat=True)
+    )
     assert not mine & {h["episode_id"] for h in search(outsider, QUESTION)["results"]}
 
 
 def test_memories_of_two_users_are_never_linked(caller):
     turns(caller, "flat-hunt", FLAT_HUNT, user="maya", at=AUGUST + timedelta(days=9))
     turns(caller, "the-lease", LEASE, user="joao", at=AUGUST + timedelta(days=40))
-    assert not Link.objects.filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES).exists()
+    assert (
+        not Link.objects.across_tenants("test")
+        .filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES)
+        .exists()
+    )
     # Nor two agents of one user.
     turns(caller, "the-lease", LEASE, user="maya", agent="a2", at=AUGUST + timedelta(days=41))
-    assert not Link.objects.filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES).exists()
+    assert (
+        not Link.objects.across_tenants("test")
+        .filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES)
+        .exists()
+    )
 
 
 def test_an_explicit_memory_supersedes_too(caller):
     turns(caller, "flat-hunt", FLAT_HUNT, user="maya", at=AUGUST + timedelta(days=9))
-    hunt = Episode.objects.get(tenant=caller.tenant, session_id="flat-hunt")
+    hunt = Episode.objects.across_tenants("test").get(tenant=caller.tenant, session_id="flat-hunt")
     fact = {
         "text": "Maya now rents in Arroios, not Alfama: 1,750 EUR a month.",
         "kind": "fact",
@@ -124,7 +149,7 @@ def test_an_explicit_memory_supersedes_too(caller):
     response = caller.post("/api/v1/memories", fact)
     assert response.status_code == 201, response.json()
     assert superseded_by(caller.tenant, [hunt.pk]) == {hunt.pk: response.json()["id"]}
-    assert JournalEntry.objects.get(tenant=caller.tenant, action=ACTION).actor == "api"
+    assert JournalEntry.objects.across_tenants("test").get(tenant=caller.tenant, action=ACTION).actor == "api"
 
 
 def test_a_plan_or_an_older_mention_updates_nothing(caller):
@@ -137,7 +162,11 @@ def test_a_plan_or_an_older_mention_updates_nothing(caller):
         user="maya",
         at=AUGUST + timedelta(days=12),
     )
-    assert not Link.objects.filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES).exists()
+    assert (
+        not Link.objects.across_tenants("test")
+        .filter(tenant=caller.tenant, kind=LinkKind.SUPERSEDES)
+        .exists()
+    )
 
 
 def test_a_chain_of_updates_ends_newest_on_top():

@@ -39,7 +39,10 @@ PASSWORD = "pw-12345678"
 
 def events(tenant) -> list[tuple[str, str]]:
     """The tenant's (action, actor), oldest first."""
-    return [(e.action, e.actor) for e in AuditEvent.objects.filter(tenant=tenant).order_by("at", "id")]
+    return [
+        (e.action, e.actor)
+        for e in AuditEvent.objects.across_tenants("test").filter(tenant=tenant).order_by("at", "id")
+    ]
 
 
 def secrets_in(body: str) -> list[str]:
@@ -58,13 +61,13 @@ def add_key_in_console(admin_client, tenant):
 
 
 def test_the_services_record_create_rotate_and_revoke_with_who_and_when(caller, outsider):
-    created = AuditEvent.objects.get(tenant=caller.tenant)
+    created = AuditEvent.objects.across_tenants("test").get(tenant=caller.tenant)
     assert (created.action, created.actor) == (KEY_CREATED, "service")
     assert created.detail == {"prefix": caller.key.prefix, "name": "acme key", "scopes": ["read", "write"]}
 
     now = created.at + timedelta(minutes=5)
     new, _ = api_key_rotate(key=caller.key, actor="api:abc", now=now, grace=timedelta(minutes=30))
-    rotated = AuditEvent.objects.filter(tenant=caller.tenant).first()  # newest first
+    rotated = AuditEvent.objects.across_tenants("test").filter(tenant=caller.tenant).first()  # newest first
     assert (rotated.action, rotated.actor, rotated.at) == (KEY_ROTATED, "api:abc", now)
     assert rotated.detail["prefix"] == caller.key.prefix and rotated.detail["new_prefix"] == new.prefix
     assert rotated.detail["grace_minutes"] == 30
@@ -74,7 +77,7 @@ def test_the_services_record_create_rotate_and_revoke_with_who_and_when(caller, 
     later = now + timedelta(hours=1)
     assert api_key_revoke(key=new, actor="cli", now=later) is True
     assert api_key_revoke(key=new, actor="cli", now=later) is False  # once: nothing more recorded
-    revoked = AuditEvent.objects.filter(tenant=caller.tenant).first()
+    revoked = AuditEvent.objects.across_tenants("test").filter(tenant=caller.tenant).first()
     assert (revoked.action, revoked.actor, revoked.at, revoked.detail["prefix"]) == (
         KEY_REVOKED,
         "cli",
@@ -83,7 +86,9 @@ def test_the_services_record_create_rotate_and_revoke_with_who_and_when(caller, 
     )
     assert [a for a, _ in events(caller.tenant)] == [KEY_CREATED, KEY_ROTATED, KEY_REVOKED]
     assert events(outsider.tenant) == [(KEY_CREATED, "service")]  # the outsider's own key only
-    assert caller.secret not in str(list(AuditEvent.objects.values_list("detail", flat=True)))
+    assert caller.secret not in str(
+        list(AuditEvent.objects.across_tenants("test").values_list("detail", flat=True))
+    )
 
 
 def test_an_unknown_action_is_refused(caller):
@@ -93,15 +98,15 @@ def test_an_unknown_action_is_refused(caller):
     event = audit_record(
         tenant=caller.tenant, action=ERASURE, actor="admin:op", now=NOW, removed={"turns": 3}
     )
-    assert AuditEvent.objects.get(pk=event.pk).detail == {"removed": {"turns": 3}}
+    assert AuditEvent.objects.across_tenants("test").get(pk=event.pk).detail == {"removed": {"turns": 3}}
 
 
 def test_the_command_records_its_changes_as_cli(caller):
     out, err = StringIO(), StringIO()
     call_command("api_key", "create", "acme", "--name", "ci", stdout=out, stderr=err)
-    made = ApiKey.objects.get(tenant=caller.tenant, name="ci")
+    made = ApiKey.objects.across_tenants("test").get(tenant=caller.tenant, name="ci")
     call_command("api_key", "rotate", made.prefix, stdout=out, stderr=err)
-    rotated = ApiKey.objects.get(tenant=caller.tenant, name="ci", revoked=False)
+    rotated = ApiKey.objects.across_tenants("test").get(tenant=caller.tenant, name="ci", revoked=False)
     call_command("api_key", "revoke", rotated.prefix, stdout=out, stderr=err)
     again = StringIO()
     call_command("api_key", "revoke", rotated.prefix, stdout=again)
@@ -113,7 +118,10 @@ def test_the_command_records_its_changes_as_cli(caller):
         (KEY_ROTATED, "cli"),
         (KEY_REVOKED, "cli"),
     ]
-    details = [e.detail for e in AuditEvent.objects.filter(tenant=caller.tenant).order_by("at", "id")]
+    details = [
+        e.detail
+        for e in AuditEvent.objects.across_tenants("test").filter(tenant=caller.tenant).order_by("at", "id")
+    ]
     assert details[1]["prefix"] == made.prefix
     assert (details[2]["prefix"], details[2]["new_prefix"]) == (made.prefix, rotated.prefix)
     assert details[3]["prefix"] == rotated.prefix
@@ -123,15 +131,21 @@ def test_the_console_records_its_changes_with_the_user(admin_client, caller):
     before = timezone.now()
     added = add_key_in_console(admin_client, caller.tenant)
     assert len(secrets_in(added.content.decode())) == 1
-    made = ApiKey.objects.get(tenant=caller.tenant, name="ci")
+    made = ApiKey.objects.across_tenants("test").get(tenant=caller.tenant, name="ci")
     chosen = {"action": "rotate_keys", "_selected_action": [made.pk], "grace": "60"}
     assert admin_client.post("/admin/tenancy/apikey/", chosen).status_code == 200
-    new = ApiKey.objects.get(tenant=caller.tenant, name="ci", revoked=False, expiry_date=None)
+    new = ApiKey.objects.across_tenants("test").get(
+        tenant=caller.tenant, name="ci", revoked=False, expiry_date=None
+    )
     revoke = {"action": "revoke_keys", "_selected_action": [new.pk, caller.key.pk]}
     assert admin_client.post("/admin/tenancy/apikey/", revoke).status_code == 302
     admin_client.post("/admin/tenancy/apikey/", revoke)  # revoked already: nothing new
 
-    mine = AuditEvent.objects.filter(tenant=caller.tenant, actor="admin:op").order_by("at", "id")
+    mine = (
+        AuditEvent.objects.across_tenants("test")
+        .filter(tenant=caller.tenant, actor="admin:op")
+        .order_by("at", "id")
+    )
     assert [(e.action, e.detail["prefix"]) for e in mine] == [
         (KEY_CREATED, made.prefix),
         (KEY_ROTATED, made.prefix),
@@ -140,7 +154,12 @@ def test_the_console_records_its_changes_with_the_user(admin_client, caller):
     ]
     assert all(before <= e.at <= timezone.now() for e in mine)
     assert mine[1].detail["new_prefix"] == new.prefix and mine[1].detail["grace_minutes"] == 60
-    assert not ApiKey.objects.filter(tenant=caller.tenant, revoked=False).exclude(pk=made.pk).exists()
+    assert (
+        not ApiKey.objects.across_tenants("test")
+        .filter(tenant=caller.tenant, revoked=False)
+        .exclude(pk=made.pk)
+        .exists()
+    )
     tenant_page = admin_client.get(f"/admin/tenancy/tenant/{caller.tenant.pk}/change/").content.decode()
     assert caller.key.prefix in tenant_page  # the inline lists the keys
     assert 'name="api_keys-0-revoked"' not in tenant_page  # revoked from the key list only: recorded
@@ -212,19 +231,21 @@ def test_an_operator_of_a_reads_the_events_of_a_and_none_of_b(client):
         response = client.get(f"/admin/tenancy/auditevent/?{query}")
         assert response.status_code == 200, query
         rows = [e.pk for e in response.context["cl"].result_list]
-        assert not AuditEvent.objects.filter(pk__in=rows, tenant=b.tenant).exists(), query
+        assert not AuditEvent.objects.across_tenants("test").filter(pk__in=rows, tenant=b.tenant).exists(), (
+            query
+        )
         assert b.tenant.name not in response.content.decode(), query
     assert client.get(f"/admin/tenancy/auditevent/?q={a.key.prefix}").context["cl"].result_count == 2
 
-    b_event = AuditEvent.objects.filter(tenant=b.tenant).first()
+    b_event = AuditEvent.objects.across_tenants("test").filter(tenant=b.tenant).first()
     response = client.get(f"/admin/tenancy/auditevent/{b_event.pk}/change/", follow=True)
     assert b.key.prefix not in response.content.decode()
-    a_event = AuditEvent.objects.filter(tenant=a.tenant).first()
+    a_event = AuditEvent.objects.across_tenants("test").filter(tenant=a.tenant).first()
     assert a.key.prefix in client.get(f"/admin/tenancy/auditevent/{a_event.pk}/change/").content.decode()
     # read-only: nobody adds, changes or deletes an audit event
     assert client.get("/admin/tenancy/auditevent/add/").status_code == 403
     assert client.post(f"/admin/tenancy/auditevent/{a_event.pk}/delete/", {"post": "yes"}).status_code == 403
-    assert AuditEvent.objects.filter(pk=a_event.pk).exists()
+    assert AuditEvent.objects.across_tenants("test").filter(pk=a_event.pk).exists()
 
 
 # --- no secret in any log -------------------------------------------------------------------------
@@ -265,7 +286,11 @@ def test_no_api_key_appears_in_any_log(every_log_record, admin_client, client, c
     from_console = secrets_in(rotated.content.decode())
     secrets += from_console
     assert all(whoami(s, client) == 200 for s in from_console)
-    renewed = ApiKey.objects.filter(tenant=caller.tenant, revoked=False, name="logged?").get()
+    renewed = (
+        ApiKey.objects.across_tenants("test")
+        .filter(tenant=caller.tenant, revoked=False, name="logged?")
+        .get()
+    )
     admin_client.post("/admin/tenancy/apikey/", {"action": "revoke_keys", "_selected_action": [renewed.pk]})
 
     out = StringIO()

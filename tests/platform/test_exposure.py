@@ -67,7 +67,7 @@ def test_api_key_command_creates_lists_rotates_and_revokes():
     new, _ = _run("api_key", "rotate", prefix)
     new = new.strip()
     assert _works(new) == 200 and _works(secret) in (401, 403)
-    rotated = ApiKey.objects.get(prefix=new.split(".")[0])
+    rotated = ApiKey.objects.across_tenants("test").get(prefix=new.split(".")[0])
     assert (rotated.name, rotated.scopes, rotated.tenant) == ("ci", ["read"], tenant)
     _run("api_key", "revoke", new.split(".")[0])
     assert _works(new) in (401, 403)

@@ -67,7 +67,7 @@ def maya(caller):
     # Aged as a scheduler would: a month and then half a year without a use.
     for days in (30, 200):
         tick_run(tenant=tenant, now=datetime.now(UTC) + timedelta(days=days))
-    layers = set(Episode.objects.filter(tenant=tenant).values_list("layer", flat=True))
+    layers = set(Episode.objects.across_tenants("test").filter(tenant=tenant).values_list("layer", flat=True))
     assert Layer.HOT not in layers and Layer.COLD in layers, layers
     return caller
 
@@ -93,7 +93,7 @@ def test_context_lists_memories_in_time_order_and_names_them_on_request(maya):
     text = context_text(maya, "Maya flat rent Alfama Arroios lease", max_tokens=1000)
     assert text.index("1,600") < text.index("1,750")
     named = context_text(maya, "Maya flat rent Alfama Arroios lease", max_tokens=1000, ids=True)
-    lease = Episode.objects.get(session_id="the-lease")
+    lease = Episode.objects.across_tenants("test").get(session_id="the-lease")
     assert f"(id {lease.public_id}" in named and lease.public_id not in text
 
 

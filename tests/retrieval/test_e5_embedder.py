@@ -72,8 +72,8 @@ def test_a_russian_question_finds_its_answer_with_no_shared_word_through_the_vec
     for i, text in enumerate([*OTHERS, ANSWER]):
         turns(russian, f"s{i}", [text])
     turns(outsider, "s", [ANSWER])
-    answer = Turn.objects.get(tenant=russian.tenant, text=ANSWER).pk
-    own = set(Turn.objects.filter(tenant=russian.tenant).values_list("pk", flat=True))
+    answer = Turn.objects.across_tenants("test").get(tenant=russian.tenant, text=ANSWER).pk
+    own = set(Turn.objects.across_tenants("test").filter(tenant=russian.tenant).values_list("pk", flat=True))
 
     def ranked(*, text_only: bool) -> list[set[int]]:
         """The first three items of the ranking, each as the turns it covers."""
@@ -83,7 +83,9 @@ def test_a_russian_question_finds_its_answer_with_no_shared_word_through_the_vec
             now=timezone.now(),
         )
         return [
-            {key} if kind == "turn" else set(Turn.objects.filter(episode_id=key).values_list("pk", flat=True))
+            {key}
+            if kind == "turn"
+            else set(Turn.objects.across_tenants("test").filter(episode_id=key).values_list("pk", flat=True))
             for kind, key, _ in result.ranked_items()
         ]
 

@@ -154,12 +154,19 @@ def test_evaluate_command_runs_every_question_through_search_and_cleans_up(tmp_p
     assert 30 < result["tokens_at_10"]["median"] <= result["tokens_at_10"]["p95"]
 
     (tenant,) = Tenant.objects.exclude(pk__in=before)
-    texts = list(Turn.objects.filter(tenant=tenant).order_by("occurred_at").values_list("text", "metadata"))
+    texts = list(
+        Turn.objects.across_tenants("test")
+        .filter(tenant=tenant)
+        .order_by("occurred_at")
+        .values_list("text", "metadata")
+    )
     assert texts[2] == (
         "Ana: Every morning along the canal. [shares a dog by water]",
         {"dia_id": "D1:3", "speaker": "Ana"},
     )
-    assert not Turn.objects.filter(tenant=tenant, text__icontains="zebrafinch").exists()
+    assert (
+        not Turn.objects.across_tenants("test").filter(tenant=tenant, text__icontains="zebrafinch").exists()
+    )
 
     # Without --keep the run's tenant is gone afterwards.
     call_command("evaluate", "locomo", str(path), "--json")

@@ -49,8 +49,8 @@ def hits(caller, query, **extra):
 def test_a_memory_sharing_a_rare_entity_with_the_best_hit_joins_below_it(team):
     billing = episode_of(team, "s1", BILLING)
     slip = episode_of(team, "s2", SLIP)
-    assert "Nimbus" in Episode.objects.get(public_id=billing).entities
-    assert "Nimbus" in Episode.objects.get(public_id=slip).entities
+    assert "Nimbus" in Episode.objects.across_tenants("test").get(public_id=billing).entities
+    assert "Nimbus" in Episode.objects.across_tenants("test").get(public_id=slip).entities
 
     assert [h["episode_id"] for h in hits(team, "billing rewrite")] == [billing]
     found = hits(team, "billing rewrite", hops=True)
@@ -64,7 +64,9 @@ def test_an_entity_many_memories_name_is_not_followed(team):
     offsite = episode_of(team, "s0", FILLER[0])
     for i, text in enumerate(FILLER[1:], start=1):
         episode_of(team, f"s{i}", text)
-    assert all("Dana" in e.entities for e in Episode.objects.filter(tenant=team.tenant))
+    assert all(
+        "Dana" in e.entities for e in Episode.objects.across_tenants("test").filter(tenant=team.tenant)
+    )
     # Dana is named by five memories: more than hops.RARE others share it with the best hit.
     assert [h["episode_id"] for h in hits(team, "offsite", hops=True)] == [offsite]
 
@@ -79,7 +81,10 @@ def test_a_link_from_the_best_hit_is_followed_and_its_use_counts_as_a_traversal(
     assert [h["episode_id"] for h in found] == [billing, budget]
     assert found[1]["explain"]["hop"] == {"via": "link", "name": "related"}
     recorder.flush()
-    seed, reached = Episode.objects.get(public_id=billing), Episode.objects.get(public_id=budget)
+    seed, reached = (
+        Episode.objects.across_tenants("test").get(public_id=billing),
+        Episode.objects.across_tenants("test").get(public_id=budget),
+    )
     assert (seed.access_count, seed.traverse_count) == (1, 0)
     assert (reached.access_count, reached.traverse_count) == (0, 1)
 

@@ -122,7 +122,11 @@ def test_chinese_and_russian_turns_are_found_by_their_words_in_every_layer(calle
         ]
         + [(f"o{i}", t) for i, t in enumerate(OTHERS)]
     }
-    assert dict(Turn.objects.filter(text__in=[RUSSIAN, CHINESE]).values_list("text", "language")) == {
+    assert dict(
+        Turn.objects.across_tenants("test")
+        .filter(text__in=[RUSSIAN, CHINESE])
+        .values_list("text", "language")
+    ) == {
         RUSSIAN: "ru",
         CHINESE: "zh",
     }
@@ -131,7 +135,9 @@ def test_chinese_and_russian_turns_are_found_by_their_words_in_every_layer(calle
             episode_pack(
                 tenant=caller.tenant, episode_id=episode_id, layer=layer, now=timezone.now(), actor="test"
             )
-        assert set(Episode.objects.filter(pk__in=ids.values()).values_list("layer", flat=True)) == {layer}
+        assert set(
+            Episode.objects.across_tenants("test").filter(pk__in=ids.values()).values_list("layer", flat=True)
+        ) == {layer}
     tenant = caller.tenant
     # The two examples, first by the full-text list alone.
     assert text_ranks(tenant, "数据库")[0] == (ids["zh"], 1)
@@ -166,7 +172,10 @@ def test_a_turns_language_is_the_callers_or_the_tenants_and_shows(caller):
     )
     assert body.status_code == 201
     assert list(
-        Turn.objects.filter(tenant=caller.tenant).order_by("seq").values_list("language", flat=True)
+        Turn.objects.across_tenants("test")
+        .filter(tenant=caller.tenant)
+        .order_by("seq")
+        .values_list("language", flat=True)
     ) == [
         "en",
         "en",
@@ -180,7 +189,7 @@ def test_a_turns_language_is_the_callers_or_the_tenants_and_shows(caller):
         "/api/v1/turns", {"session_id": "s", "turns": [{"role": "user", "text": "x", "language": "fr"}]}
     )
     assert refused.status_code == 400 and "language" in str(refused.json())
-    assert Turn.objects.filter(tenant=caller.tenant).count() == 3
+    assert Turn.objects.across_tenants("test").filter(tenant=caller.tenant).count() == 3
 
 
 @pytest.mark.django_db(transaction=True)

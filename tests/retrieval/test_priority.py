@@ -28,13 +28,17 @@ def test_the_policys_anchor_weight_moves_an_anchor_in_search(provided):
     # The default priority weights: an anchor's importance (0.3) lifts it over a slightly nearer hit
     # where one rank is worth little (k = 60: 1.6% of the score; at the default k = 10, 9%, it
     # lifts it over near-ties only).
-    MemoryPolicy.objects.filter(tenant=provided.tenant).update(rrf_k=60)
+    MemoryPolicy.objects.across_tenants("test").filter(tenant=provided.tenant).update(rrf_k=60)
     assert _ranked(provided, query)[:2] == [anchor, plain]
 
-    MemoryPolicy.objects.filter(tenant=provided.tenant).update(priority_anchor_weight=0.0)
+    MemoryPolicy.objects.across_tenants("test").filter(tenant=provided.tenant).update(
+        priority_anchor_weight=0.0
+    )
     assert _ranked(provided, query)[:2] == [plain, anchor]
 
-    MemoryPolicy.objects.filter(tenant=provided.tenant).update(priority_anchor_weight=0.3)
+    MemoryPolicy.objects.across_tenants("test").filter(tenant=provided.tenant).update(
+        priority_anchor_weight=0.3
+    )
     assert _ranked(provided, query)[:2] == [anchor, plain]
 
 
@@ -51,7 +55,7 @@ def test_activation_without_a_query_ranks_by_the_policys_priority(provided):
     assert [hit["episode_id"] for hit in first] == [pinned, older]
 
     # Recency and frequency out, the anchor weight against it: the anchor now ranks last.
-    MemoryPolicy.objects.filter(tenant=provided.tenant).update(
+    MemoryPolicy.objects.across_tenants("test").filter(tenant=provided.tenant).update(
         priority_recency_weight=0.0, priority_frequency_weight=0.0, priority_anchor_weight=0.0
     )
     scores = provided.post("/api/v1/activate", {"kind": "rule", "limit": 2}).json()["results"]

@@ -163,7 +163,9 @@ def test_a_packed_turn_is_found_by_the_words_of_its_window_as_its_hot_document_w
     )
     assert window_matches(caller.tenant, "kettle next lecture") == {ids[2], later.pk}
 
-    Episode.objects.filter(pk=episode_id).update(layer="hot")  # unpacked: Redis searches it again
+    Episode.objects.across_tenants("test").filter(pk=episode_id).update(
+        layer="hot"
+    )  # unpacked: Redis searches it again
     assert window_matches(caller.tenant, words) == set()
 
 

@@ -41,7 +41,11 @@ def test_search_counts_the_access_of_each_returned_episode_once_after_answering(
     assert len(returned) == 2
 
     def counts():
-        return dict(Episode.objects.filter(tenant=caller.tenant).values_list("pk", "access_count"))
+        return dict(
+            Episode.objects.across_tenants("test")
+            .filter(tenant=caller.tenant)
+            .values_list("pk", "access_count")
+        )
 
     # Queued for the background writer (this test runs outside a transaction, as the server does).
     assert recorder.pending() >= 2
@@ -53,8 +57,10 @@ def test_search_counts_the_access_of_each_returned_episode_once_after_answering(
 def test_the_background_writer_writes_queued_uses_in_one_batch(caller):
     for i in range(3):
         turns(caller, f"s{i}", [f"orchard note {i}", "noted"])
-    ids = sorted(Episode.objects.filter(tenant=caller.tenant).values_list("pk", flat=True))
-    before = {e.pk: e for e in Episode.objects.filter(pk__in=ids)}
+    ids = sorted(
+        Episode.objects.across_tenants("test").filter(tenant=caller.tenant).values_list("pk", flat=True)
+    )
+    before = {e.pk: e for e in Episode.objects.across_tenants("test").filter(pk__in=ids)}
     first, later = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 3, 2, tzinfo=UTC)
     writer = UsageRecorder(interval=0.05)
     writer.add(caller.tenant.id, ids[:2], first)
@@ -63,7 +69,7 @@ def test_the_background_writer_writes_queued_uses_in_one_batch(caller):
     while writer.pending() and time.monotonic() < deadline:
         time.sleep(0.02)
     writer.stop()
-    after = {e.pk: e for e in Episode.objects.filter(pk__in=ids)}
+    after = {e.pk: e for e in Episode.objects.across_tenants("test").filter(pk__in=ids)}
     assert [after[pk].access_count - before[pk].access_count for pk in ids] == [1, 2, 0]
     assert [after[pk].traverse_count - before[pk].traverse_count for pk in ids] == [0, 0, 1]
     assert [after[pk].version - before[pk].version for pk in ids] == [1, 2, 1]
@@ -73,7 +79,7 @@ def test_the_background_writer_writes_queued_uses_in_one_batch(caller):
 def test_queued_uses_never_touch_another_tenants_episode(caller, outsider):
     turns(caller, "s", ["a note of mine", "ok"])
     turns(outsider, "s", ["a note of theirs", "ok"])
-    theirs = Episode.objects.get(tenant=outsider.tenant)
+    theirs = Episode.objects.across_tenants("test").get(tenant=outsider.tenant)
     version = theirs.version
     writer = UsageRecorder(interval=60)
     writer.add(caller.tenant.id, [theirs.pk], datetime(2026, 3, 1, tzinfo=UTC))  # a forged id
@@ -85,7 +91,7 @@ def test_queued_uses_never_touch_another_tenants_episode(caller, outsider):
 
 def test_uses_inside_a_transaction_are_written_at_once_on_its_connection(caller):
     turns(caller, "s", ["a pear note", "ok"])
-    episode = Episode.objects.get(tenant=caller.tenant)
+    episode = Episode.objects.across_tenants("test").get(tenant=caller.tenant)
     with transaction.atomic():
         UsageRecorder(interval=60).add(caller.tenant.id, [episode.pk], datetime(2026, 3, 1, tzinfo=UTC))
         episode.refresh_from_db()
@@ -117,13 +123,15 @@ def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same
 
     for i in range(8):
         turns(caller, f"s{i}", [f"note {i}", "ok"])
-    ids = sorted(Episode.objects.filter(tenant=caller.tenant).values_list("pk", flat=True))
+    ids = sorted(
+        Episode.objects.across_tenants("test").filter(tenant=caller.tenant).values_list("pk", flat=True)
+    )
     now = datetime(2026, 6, 1, tzinfo=UTC)
     for n, episode_id in enumerate(ids):  # varied priority: anchors, use counts, idle times
-        Episode.objects.filter(pk=episode_id).update(
+        Episode.objects.across_tenants("test").filter(pk=episode_id).update(
             anchor=n % 3 == 0, access_count=n * 7, last_accessed_at=now - timedelta(days=n * 9)
         )
-    Episode.objects.filter(pk=ids[1]).update(state="forgotten")
+    Episode.objects.across_tenants("test").filter(pk=ids[1]).update(state="forgotten")
     weights = platform_weights()
     policy = policy_for(caller.tenant)
     relevance = {e: 1.0 - 0.04 * n for n, e in enumerate(ids)}
@@ -171,7 +179,7 @@ def test_packed_turns_follow_their_episode_through_every_move(caller):
     pack(episode_id, "cold")
     assert _packed_turns(episode_id) == {True}
     # A turn written into a packed episode takes its episode's value.
-    episode = Episode.objects.get(public_id=episode_id)
+    episode = Episode.objects.across_tenants("test").get(public_id=episode_id)
     Turn.objects.create(
         tenant=caller.tenant,
         episode=episode,
@@ -184,7 +192,7 @@ def test_packed_turns_follow_their_episode_through_every_move(caller):
     )
     assert _packed_turns(episode_id) == {True}
     # An ORM save of a turn cannot set it wrong (the column is not on the model).
-    Turn.objects.filter(episode=episode).first().save()
+    Turn.objects.across_tenants("test").filter(episode=episode).first().save()
     assert _packed_turns(episode_id) == {True}
     assert caller.post(f"/api/v1/memories/{episode_id}/unpack").status_code == 200
     assert _packed_turns(episode_id) == {False}
@@ -199,7 +207,7 @@ def test_a_packed_episode_is_found_through_one_of_its_turns(caller):
     for i in range(3):
         turns(caller, f"other{i}", [f"unrelated chat number {i}", "fine"])
     pack(episode_id, "cold")
-    Episode.objects.filter(public_id=episode_id).update(
+    Episode.objects.across_tenants("test").filter(public_id=episode_id).update(
         headline="weather", search_text="weather", keywords=[]
     )
     found = caller.post("/api/v1/search", {"query": "zeppelin museum", "layers": ["warm", "cold"]}).json()
@@ -283,7 +291,7 @@ def test_the_broad_full_text_pass_is_any_word_when_exact_and_any_two_words_at_sc
         scope=Scope(layers=("warm",), states=("active",)),
         k=10,
     )
-    found = {Episode.objects.get(pk=hit.episode_id).public_id for hit in text_hits}
+    found = {Episode.objects.across_tenants("test").get(pk=hit.episode_id).public_id for hit in text_hits}
     assert episodes["two"] in found and episodes["none"] not in found
     assert (episodes["one"] in found) is (plan == "exact")
 
@@ -316,12 +324,12 @@ def test_search_reads_its_settings_from_the_tenants_policy(caller):
     def default_weights(tenant):
         return tenant_weights(_settings(tenant))
 
-    MemoryPolicy.objects.filter(tenant=caller.tenant).delete()
+    MemoryPolicy.objects.across_tenants("test").filter(tenant=caller.tenant).delete()
     weights = default_weights(Tenant.objects.get(pk=caller.tenant.pk))  # created with the defaults
     assert (weights.vector, weights.text, weights.k) == (0.5, 0.5, 10)
-    assert MemoryPolicy.objects.filter(tenant=caller.tenant).count() == 1
+    assert MemoryPolicy.objects.across_tenants("test").filter(tenant=caller.tenant).count() == 1
 
-    MemoryPolicy.objects.filter(tenant=caller.tenant).update(
+    MemoryPolicy.objects.across_tenants("test").filter(tenant=caller.tenant).update(
         rrf_vector_weight=0.4, rrf_text_weight=0.6, rrf_k=20, activation_limit=7, search_packed_turns=False
     )
     tenant = Tenant.objects.get(pk=caller.tenant.pk)
@@ -334,7 +342,9 @@ def test_a_server_embedded_search_equals_one_with_the_same_vector_from_the_calle
     """The server's query embedding gives the answer a caller gets by sending that embedding."""
     for i in range(4):
         turns(caller, f"s{i}", [f"the orchard harvest number {i} went well", "apples and pears"])
-    pack(Episode.objects.filter(tenant=caller.tenant).order_by("pk").first().pk, "warm")
+    pack(
+        Episode.objects.across_tenants("test").filter(tenant=caller.tenant).order_by("pk").first().pk, "warm"
+    )
     question = "how did the orchard harvest go?"
     vector = get_embedder("local").embed_one(question)
     embedded = caller.post("/api/v1/search", {"query": question, "explain": True}).json()

@@ -23,7 +23,7 @@ def test_a_read_key_reads_deep_without_moving_anything(caller, reader):
         "episode_ids"
     ][0]
     pack(episode_id, "cold")
-    before = Episode.objects.values("layer", "version").get(public_id=episode_id)
+    before = Episode.objects.across_tenants("test").values("layer", "version").get(public_id=episode_id)
 
     body = reader.get(f"/api/v1/memories/{episode_id}", {"depth": "deep"}).json()
     assert body["layer"] == "cold" and body["index_only"] is False
@@ -39,10 +39,10 @@ def test_a_read_key_reads_deep_without_moving_anything(caller, reader):
     assert hit["layer"] == "cold" and len(hit["turns"]) == 2
 
     assert reader.post(f"/api/v1/memories/{episode_id}/unpack").status_code == 403
-    after = Episode.objects.values("layer", "version").get(public_id=episode_id)
+    after = Episode.objects.across_tenants("test").values("layer", "version").get(public_id=episode_id)
     assert after["layer"] == before["layer"] == "cold"
-    assert not JournalEntry.objects.filter(episode__public_id=episode_id).exists()
+    assert not JournalEntry.objects.across_tenants("test").filter(episode__public_id=episode_id).exists()
 
     # A write key's deep read unpacks, as documented.
     assert caller.get(f"/api/v1/memories/{episode_id}", {"depth": "deep"}).json()["unpacked_from"] == "cold"
-    assert Episode.objects.get(public_id=episode_id).layer == "hot"
+    assert Episode.objects.across_tenants("test").get(public_id=episode_id).layer == "hot"

@@ -46,13 +46,17 @@ def search(caller, query, **extra):
 def pack(episode_id, layer):
     """Move an episode (named by its public or its internal id) to warm or cold by hand (the
     lifecycle tick does this for real)."""
-    episode = Episode.objects.get(**{"public_id" if isinstance(episode_id, str) else "pk": episode_id})
+    episode = Episode.objects.across_tenants("test").get(
+        **{"public_id" if isinstance(episode_id, str) else "pk": episode_id}
+    )
     episode_id = episode.pk
-    text = " ".join(Turn.objects.filter(episode=episode).values_list("text", flat=True))
+    text = " ".join(
+        Turn.objects.across_tenants("test").filter(episode=episode).values_list("text", flat=True)
+    )
     fields = {"layer": layer, "summary": text[:200], "key_points": [text[:100]], "search_text": text}
     if layer == "cold":
         fields.update(headline=text[:100], keywords=["packed"], search_text=text[:100])
-    Episode.objects.filter(pk=episode_id).update(**fields)
+    Episode.objects.across_tenants("test").filter(pk=episode_id).update(**fields)
     hot_remove(episode)
 
 
@@ -129,9 +133,9 @@ def test_every_filter(caller, corpus):
     pack(corpus["cooking"], "warm")
     assert ids(search(caller, "sourdough", layers=["warm"])) == [corpus["cooking"]]
     assert corpus["cooking"] not in ids(search(caller, "sourdough", layers=["hot"]))
-    Episode.objects.filter(public_id=corpus["trip"]).update(state="dormant")
+    Episode.objects.across_tenants("test").filter(public_id=corpus["trip"]).update(state="dormant")
     hot_store().update_episode_fields(
-        Episode.objects.get(public_id=corpus["trip"]),
+        Episode.objects.across_tenants("test").get(public_id=corpus["trip"]),
         [turn_pk(t) for t in corpus["trip_turns"]],
         state="dormant",
     )
@@ -181,11 +185,11 @@ def test_warm_and_cold_hits_are_shaped_by_layer(caller, corpus):
 
 
 def test_access_is_recorded_without_read_modify_write(caller, corpus):
-    before = Episode.objects.get(public_id=corpus["trip"])
+    before = Episode.objects.across_tenants("test").get(public_id=corpus["trip"])
     search(caller, "Lisbon hotel")
     search(caller, "Lisbon hotel")
     recorder.flush()  # the API queues its uses for the background writer
-    after = Episode.objects.get(public_id=corpus["trip"])
+    after = Episode.objects.across_tenants("test").get(public_id=corpus["trip"])
     assert after.access_count == before.access_count + 2
     assert after.version >= before.version + 2
 
@@ -197,7 +201,7 @@ def test_deep_unpack_of_a_cold_episode_returns_every_turn_and_puts_it_back_in_ho
     assert body["unpacked_from"] == "cold" and body["layer"] == "hot"
     assert [t["id"] for t in body["turns"]] == corpus["trip_turns"]
     assert pk(corpus["trip"]) in hot_store().episode_ids(caller.tenant.id.hex)
-    episode = Episode.objects.get(public_id=corpus["trip"])
+    episode = Episode.objects.across_tenants("test").get(public_id=corpus["trip"])
     assert episode.restored_at is not None and episode.headline  # the packed copy is kept
 
 
@@ -252,14 +256,14 @@ def test_context_follows_links_and_counts_a_traversal(caller, corpus):
     caller.post(
         f"/api/v1/memories/{corpus['cooking']}/links", {"target_id": corpus["memory"], "kind": "references"}
     )
-    before = Episode.objects.get(public_id=corpus["memory"])
+    before = Episode.objects.across_tenants("test").get(public_id=corpus["memory"])
     ctx = caller.post(
         "/api/v1/context", {"query": "sourdough starter rye flour", "max_tokens": 2000, "limit": 1}
     ).json()
     assert [x["episode_id"] for x in ctx["sections"]["relevant"]] == [corpus["cooking"]]
     assert [x["episode_id"] for x in ctx["sections"]["linked"]] == [corpus["memory"]]
     assert "Linked memories" in ctx["text"]
-    after = Episode.objects.get(public_id=corpus["memory"])
+    after = Episode.objects.across_tenants("test").get(public_id=corpus["memory"])
     assert after.traverse_count == before.traverse_count + 1
     assert after.access_count == before.access_count
 

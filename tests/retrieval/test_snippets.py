@@ -133,7 +133,7 @@ def test_a_compact_hit_is_its_snippet_as_text(caller, long_episode):
 def test_a_compact_packed_hit_is_its_key_points_and_chosen_turns(caller, long_episode):
     episode_id, _ = long_episode
     pack(episode_id, "warm")
-    key_points = "; ".join(Episode.objects.get(public_id=episode_id).key_points)
+    key_points = "; ".join(Episode.objects.across_tenants("test").get(public_id=episode_id).key_points)
 
     def text(budget):
         response = caller.post("/api/v1/search", {"query": "brother moving to Porto", "max_tokens": budget})

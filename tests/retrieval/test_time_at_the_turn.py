@@ -58,14 +58,16 @@ def test_ingest_keeps_the_days_on_the_turn_and_their_union_on_the_episode(caller
         ["Yesterday I went bowling", "Вчера было холодно", "我们上周去了公园", "nothing timed here"],
         at=SAID,
     )
-    mentioned = [Turn.objects.get(pk=turn_pk(t["id"])).mentioned for t in body["turns"]]
+    mentioned = [
+        Turn.objects.across_tenants("test").get(pk=turn_pk(t["id"])).mentioned for t in body["turns"]
+    ]
     assert mentioned == [["2023-03-16"], ["2023-03-16"], ["2023-03-06/2023-03-12"], []]
-    episode = Episode.objects.get(pk=pk(body["episode_ids"][0]))
+    episode = Episode.objects.across_tenants("test").get(pk=pk(body["episode_ids"][0]))
     assert episode.mentioned == ["2023-03-16", "2023-03-06/2023-03-12"]
     memory = caller.post(
         "/api/v1/memories", {"text": "Two days ago she signed the lease", "occurred_at": SAID.isoformat()}
     ).json()
-    assert Episode.objects.get(pk=pk(memory["id"])).mentioned == ["2023-03-15"]
+    assert Episode.objects.across_tenants("test").get(pk=pk(memory["id"])).mentioned == ["2023-03-15"]
 
 
 def ranked(caller, query, now):

@@ -178,7 +178,7 @@ class World:
         return f"{self.marker} {user_marker(self.label, user) or 'someone'} {words}"
 
     def remember(self, public_id: str) -> None:
-        e = Episode.objects.get(tenant=self.tenant, public_id=public_id)
+        e = Episode.objects.across_tenants("test").get(tenant=self.tenant, public_id=public_id)
         self.facts[public_id] = Facts(e.user_id, e.agent_id, e.session_id, e.kind, e.layer, e.anchor)
         self.pks[public_id] = e.pk
 
@@ -239,7 +239,7 @@ def build_world(label: str, seed: int) -> World:
         (memories[("ALICE", "Fact")], Layer.WARM),
         (memories[("", note)], Layer.COLD),
     ):
-        pk = Episode.objects.get(tenant=world.tenant, public_id=episode_id).pk
+        pk = Episode.objects.across_tenants("test").get(tenant=world.tenant, public_id=episode_id).pk
         episode_pack(tenant=world.tenant, episode_id=pk, layer=layer, now=timezone.now(), actor="test")
     # Links from one user's memory to another's: an answer scoped to a user must not follow them.
     for src, dst, kind in (
@@ -248,23 +248,31 @@ def build_world(label: str, seed: int) -> World:
     ):
         response = writer.post(f"{API}/memories/{src}/links", {"target_id": dst, "kind": kind})
         assert response.status_code == 201, response.content
-    links = Link.objects.filter(tenant=world.tenant)
+    links = Link.objects.across_tenants("test").filter(tenant=world.tenant)
     world.fixed_links = set(links.values_list("src__public_id", "dst__public_id", "kind"))
     # In the order they were written: the steps draw ids by their place in these lists.
     for public_id in (
-        Episode.objects.filter(tenant=world.tenant).order_by("pk").values_list("public_id", flat=True)
+        Episode.objects.across_tenants("test")
+        .filter(tenant=world.tenant)
+        .order_by("pk")
+        .values_list("public_id", flat=True)
     ):
         world.remember(public_id)
     world.originals = dict(world.facts)
     world.turn_pks = list(
-        Turn.objects.filter(tenant=world.tenant).order_by("pk").values_list("pk", flat=True)
+        Turn.objects.across_tenants("test")
+        .filter(tenant=world.tenant)
+        .order_by("pk")
+        .values_list("pk", flat=True)
     )
     return world
 
 
 def as_written(world: World) -> dict[str, tuple[str, str, bool]]:
     """State, layer and pin of the tenant's episodes as written."""
-    rows = Episode.objects.filter(tenant=world.tenant, public_id__in=list(world.originals))
+    rows = Episode.objects.across_tenants("test").filter(
+        tenant=world.tenant, public_id__in=list(world.originals)
+    )
     return {
         p: (state, layer, anchor)
         for p, state, layer, anchor in rows.values_list("public_id", "state", "layer", "anchor")

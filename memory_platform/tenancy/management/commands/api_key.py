@@ -54,7 +54,8 @@ class Command(BaseCommand):
         return tenant
 
     def _key(self, prefix: str) -> ApiKey:
-        key = ApiKey.objects.filter(prefix=prefix).select_related("tenant").first()
+        by_prefix = ApiKey.objects.across_tenants("operator command: a key's prefix names it")
+        key = by_prefix.filter(prefix=prefix).select_related("tenant").first()
         if key is None:
             raise CommandError(f"no API key with prefix {prefix!r}")
         return key

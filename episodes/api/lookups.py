@@ -18,7 +18,7 @@ def not_found(reference: public_ids.Reference) -> NotFound:
     return NotFound(f"memory {reference} not found")
 
 
-def named(tenant: Tenant, reference: public_ids.Reference) -> selectors.Named:
+def episode_or_404(tenant: Tenant, reference: public_ids.Reference) -> selectors.Named:
     """The tenant's episode a path or a body names (forgotten ones included). Raises NotFound."""
     found = selectors.episodes_named(tenant, [reference]).get(reference)
     if found is None:
@@ -26,7 +26,7 @@ def named(tenant: Tenant, reference: public_ids.Reference) -> selectors.Named:
     return found
 
 
-def named_all(tenant: Tenant, references: list[public_ids.Reference]) -> list[selectors.Named]:
+def episodes_or_404(tenant: Tenant, references: list[public_ids.Reference]) -> list[selectors.Named]:
     """The tenant's episodes a body names, in order. Raises NotFound for the first it does not hold."""
     found = selectors.episodes_named(tenant, references)
     for reference in references:
