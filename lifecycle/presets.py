@@ -5,43 +5,57 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsrs.scheduler import DEFAULT_PARAMETERS
+from django.db.models import Field
 
 from .models import LayerRule, MemoryPolicy, Preset
 
-# Each preset sets the fields its seed has rules for and leaves the others as they are.
+#: The fields whose rules each preset sets: applying it puts them back to their defaults (written
+#: once, on the policy's fields) ...
 # fmt: off
-PRESETS: dict[str, dict[str, Any]] = {
-    Preset.METABOLISM: {
-        "layer_rule": LayerRule.ACTIVITY,
-        "coef_in": 1.0, "coef_out": 0.8, "coef_access": 1.2, "coef_traverse": 0.8,
-        "coef_recent_access": 1.5, "coef_recent_link": 1.0, "coef_age": 0.3,
-        "t_access_hours": 24.0, "t_link_hours": 72.0, "t_age_days": 30.0,
-        "theta_active": -1.0, "theta_delete": -3.0,
-        "hot_days": 14, "cold_days": 90, "hot_cap_per_session": 50,
-    },
-    Preset.ADR: {
-        "layer_rule": LayerRule.WEIGHT,
-        "adr_initial_weight": 1.0, "adr_decay_factor": 0.99, "adr_min_weight": 0.0,
-        "adr_archive_after_days": 1.0, "adr_archive_weight": 0.3, "adr_archive_significance": 0.5,
-        "activation_limit": 3, "hot_cap_per_session": 50,
-    },
-    Preset.LSM: {
-        "layer_rule": LayerRule.PRIORITY,
-        "priority_recency_weight": 0.3, "priority_frequency_weight": 0.2,
-        "priority_anchor_weight": 0.3, "priority_relevance_weight": 0.2,
-        "priority_hot_above": 0.7, "priority_cold_at_or_below": 0.3,
-        "hot_days": 14, "cold_days": 90,
-    },
+_FIELDS: dict[str, tuple[str, ...]] = {
+    Preset.METABOLISM: (
+        "layer_rule", "coef_in", "coef_out", "coef_access", "coef_traverse", "coef_recent_access",
+        "coef_recent_link", "coef_age", "t_access_hours", "t_link_hours", "t_age_days", "theta_active",
+        "theta_delete", "hot_days", "cold_days", "hot_cap_per_session",
+    ),
+    Preset.ADR: (
+        "adr_initial_weight", "adr_decay_factor", "adr_min_weight", "adr_archive_after_days",
+        "adr_archive_weight", "adr_archive_significance", "activation_limit", "hot_cap_per_session",
+    ),
+    Preset.LSM: (
+        "priority_recency_weight", "priority_frequency_weight", "priority_anchor_weight",
+        "priority_relevance_weight", "priority_hot_above", "priority_cold_at_or_below", "hot_days",
+        "cold_days",
+    ),
+    Preset.FSRS: (
+        "fsrs_parameters", "desired_retention", "retrievability_hot_above",
+        "retrievability_cold_at_or_below", "forget_below_retrievability",
+    ),
+}
+#: ... and then sets what the preset changes: its layer rule, and for FSRS the fusion it was
+#: described with (the defaults rank better: docs/decisions/0026).
+_CHANGES: dict[str, dict[str, Any]] = {
+    Preset.METABOLISM: {},
+    Preset.ADR: {"layer_rule": LayerRule.WEIGHT},
+    Preset.LSM: {"layer_rule": LayerRule.PRIORITY},
     Preset.FSRS: {
-        "layer_rule": LayerRule.RETRIEVABILITY,
-        "fsrs_parameters": list(DEFAULT_PARAMETERS), "desired_retention": 0.9,
-        "retrievability_hot_above": 0.8, "retrievability_cold_at_or_below": 0.6,
-        "forget_below_retrievability": 0.3,
-        "rrf_vector_weight": 0.7, "rrf_text_weight": 0.3, "rrf_k": 60,
+        "layer_rule": LayerRule.RETRIEVABILITY, "rrf_vector_weight": 0.7, "rrf_text_weight": 0.3, "rrf_k": 60,
     },
 }
 # fmt: on
+
+
+def _default(name: str) -> Any:
+    field = MemoryPolicy._meta.get_field(name)
+    assert isinstance(field, Field), name
+    return field.get_default()
+
+
+#: Preset -> the values it writes on a policy.
+PRESETS: dict[str, dict[str, Any]] = {
+    name: {**{field: _default(field) for field in fields}, **_CHANGES[name]}
+    for name, fields in _FIELDS.items()
+}
 
 
 def apply_preset(policy: MemoryPolicy, name: str) -> MemoryPolicy:
