@@ -48,15 +48,16 @@ class Written:
 
 
 def changed_names(
-    written: Sequence[Written], entities: Mapping[int, Sequence[str]]
+    changes: Sequence[tuple[Written, Sequence[str]]], entities: Mapping[int, Sequence[str]]
 ) -> dict[int, dict[str, datetime]]:
-    """Per episode, the entities its turns' change sentences name, with the last time each was
-    said: an older episode may be superseded only by what was said after it. A sentence's names
-    are those it names of its episode's entities (read over all its turns: "Lily" opening a
-    sentence is a name where another sentence names her), and its own."""
+    """Per episode, the entities its turns' change sentences (``changes``: each written turn with
+    them) name, with the last time each was said: an older episode may be superseded only by what
+    was said after it. A sentence's names are those it names of its episode's entities (read over
+    all its turns: "Lily" opening a sentence is a name where another sentence names her), and its
+    own."""
     out: dict[int, dict[str, datetime]] = {}
-    for turn in written:
-        for sentence in extract_changes(turn.text):
+    for turn, sentences in changes:
+        for sentence in sentences:
             said = out.setdefault(turn.episode_id, {})
             known = [name for name in entities.get(turn.episode_id, ()) if name in sentence]
             for name in dict.fromkeys([*known, *extract_entities(sentence)]):
@@ -66,14 +67,18 @@ def changed_names(
 
 def superseded_pairs(tenant: Tenant, written: Sequence[Written]) -> dict[tuple[int, int], list[str]]:
     """(newer, older) episode pairs the written turns make, with the names that tie them."""
-    if not any(extract_changes(turn.text) for turn in written):
+    # Each turn's change sentences are read once; most writes state none, and read nothing more.
+    changes = [(turn, found) for turn in written if (found := extract_changes(turn.text))]
+    if not changes:
         return {}
-    episodes = Episode.objects.visible().filter(tenant=tenant, pk__in={turn.episode_id for turn in written})
+    episodes = Episode.objects.visible().filter(
+        tenant=tenant, pk__in={turn.episode_id for turn, _ in changes}
+    )
     owners = {
         pk: (user_id, agent_id, entities)
         for pk, user_id, agent_id, entities in episodes.values_list("pk", "user_id", "agent_id", "entities")
     }
-    names = changed_names(written, {pk: owner[2] for pk, owner in owners.items()})
+    names = changed_names(changes, {pk: owner[2] for pk, owner in owners.items()})
     pairs: dict[tuple[int, int], list[str]] = {}
     for newer, said in names.items():
         if newer not in owners or not said:
