@@ -57,7 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "SEARCH_FEEDBACK_DOCS": 3,
     "SEARCH_FEEDBACK_WEIGHT": 0.5,
     # A query naming a time ("last May", "in 2022") lifts episodes of that time by up to this
-    # share of their score (retrieval.when; 0: off).
+    # share of their score (episodes.when; 0: off).
     "SEARCH_TIME_BOOST": 0.5,
     # One hop from a search's best three candidates (shared rare entities, links: retrieval.hops),
     # each episode reached at this share of its seed's relevance; a request's `hops` overrides.

@@ -7,7 +7,7 @@ best fused score and priority (recency, frequency, anchor, and relevance itself,
 policy weight) is in [0, 1]: relevance stays first, and the priority moves a hit by at most
 ``share`` of itself. The state weight (``STATE_WEIGHTS``) ranks a dormant episode or a delete
 candidate below an active one as relevant, without hiding it. When the query names a time
-(``retrieval.when``), the episodes of that time are lifted by up to ``time`` of their score
+(``episodes.when``), the episodes of that time are lifted by up to ``time`` of their score
 (``time_factor``). A candidate that another candidate supersedes (a newer memory that states a
 new value of what it says) ranks right below it (``superseders_first``).
 
@@ -27,12 +27,12 @@ from episodes.models import Episode, State
 from episodes.stores import rows
 from episodes.stores.hot import Feedback
 from episodes.stores.hot_replies import HotHit
+from episodes.when import Window, mention_window
 from lifecycle import scoring
 from memory_platform.conf import memory_settings
 from memory_platform.tenancy.models import Tenant
 
 from .fusion import weighted_rrf
-from .when import Window, mention_window
 
 
 @dataclass(frozen=True)

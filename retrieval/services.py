@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from episodes import shapes
+from episodes import shapes, when
 from episodes.language import query_language, query_terms
 from episodes.models import Episode, Layer, State
 from episodes.scope import ALL_LAYERS, Scope
@@ -32,7 +32,7 @@ from memory_platform import counters
 from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
 
-from . import evidence, hops, usage, when
+from . import evidence, hops, usage
 from .evidence import Budget
 from .query import SearchQuery
 from .ranking import (

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 from django.utils import timezone
 
-from retrieval import when
+from episodes import when
 
 from .test_search import turns
 
