@@ -25,6 +25,8 @@ from episodes.extraction import extract_decisions, extract_entities, split_sente
 from episodes.language import Language, chinese_tagged, detect, width
 from memory_platform.openai_compat import post_json
 
+from .tenant_policy import Policy
+
 logger = logging.getLogger(__name__)
 
 HEADLINE_MAX = 120
@@ -97,7 +99,7 @@ def cold_index_text(cold: ColdShape, entities: list[str]) -> str:
     return "\n".join([cold.text(), ", ".join(entities)]).strip()
 
 
-def warm_points_for_age(age_days: float, policy: Any) -> int:
+def warm_points_for_age(age_days: float, policy: Policy) -> int:
     """Key points kept: warm_points_max at hot_days falling linearly to warm_points_min at cold_days."""
     high, low = policy.warm_points_max, policy.warm_points_min
     span = policy.cold_days - policy.hot_days
@@ -235,7 +237,7 @@ class ExtractiveSummariser:
 
     name = "extractive"
 
-    def __init__(self, policy: Any = None):
+    def __init__(self, policy: Policy | None = None):
         self.ratio = float(getattr(policy, "warm_target_ratio", 0.25))
         self.max_points = int(getattr(policy, "warm_points_max", 8))
 
@@ -301,7 +303,7 @@ class LlmSummariser:
     MAX_INPUT_CHARS = 24_000
     MAX_RESPONSE_BYTES = 1_000_000
 
-    def __init__(self, policy: Any):
+    def __init__(self, policy: Policy):
         self.base_url = str(policy.llm_base_url or "").rstrip("/")
         self.model = str(policy.llm_model or "")
         self.api_key = str(policy.llm_api_key or "")
@@ -391,7 +393,7 @@ SUMMARISERS: dict[str, type[ExtractiveSummariser] | type[LlmSummariser]] = {
 }
 
 
-def get_summariser(policy: Any) -> ExtractiveSummariser | LlmSummariser:
+def get_summariser(policy: Policy) -> ExtractiveSummariser | LlmSummariser:
     name = getattr(policy, "summariser", "extractive")
     if name not in SUMMARISERS:
         raise ValueError(f"unknown summariser {name!r}; choose one of {sorted(SUMMARISERS)}")

@@ -31,7 +31,7 @@ from memory_platform.tenancy.models import Tenant
 
 from . import scoring
 from .journal import FORGET_FIELDS, journal_record
-from .models import TickRun, policy_for
+from .models import TickRun, read_policy
 from .quota import pin_check, pinned_weight
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def forget_select(
     qs = episodes_for(tenant, scope.replace(states=scope.visible_states)).order_by("last_occurred_at", "pk")
     if retrievability_below is None:
         return list(qs.values_list("pk", flat=True))
-    policy = policy_for(tenant)
+    policy = read_policy(tenant)
     # Anchors never decay (docs/concepts.md#anchors-pinned-memories): a threshold never reaches them.
     rows = qs.filter(anchor=False).defer("embedding", "search_text")
     return [
@@ -92,7 +92,7 @@ def episode_restore(*, tenant: Tenant, episode_id: int, now: datetime, actor: st
     rolling the entry back forgets the episode again as it was. Raises EpisodeNotFound, and
     ConflictError when it is not forgotten or its grace period is over, or (PinnedCapExceeded)
     when it is pinned and the tenant's pins have no room for it any more."""
-    grace_days = policy_for(tenant).purge_grace_days
+    grace_days = read_policy(tenant).purge_grace_days
     with transaction.atomic():
         prior = (
             Episode.objects.select_for_update()

@@ -17,7 +17,8 @@ from .policy import (
     SummariserName,
     default_fsrs_parameters,
     fsrs_parameters_error,
-    policy_for,
+    policy_row,
+    read_policy,
     setting_default,
     validate_base_url,
 )
@@ -32,8 +33,9 @@ __all__ = [
     "SummariserName",
     "TickRun",
     "default_fsrs_parameters",
+    "policy_row",
     "fsrs_parameters_error",
-    "policy_for",
+    "read_policy",
     "setting_default",
     "validate_base_url",
 ]

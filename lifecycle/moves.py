@@ -23,6 +23,7 @@ from . import scoring, transitions
 from .compression import ColdShape, WarmShape, warm_points_for_age
 from .journal import snapshot
 from .models import AccessWindow
+from .tenant_policy import Policy
 from .tick_context import Tick, TickInterrupted, days_between
 
 #: Windows of unused packed episodes slide forward at most once a day (an UPDATE per window per day).
@@ -174,7 +175,7 @@ def _hot_to_warm_batch(t: Tick, batch: list[tuple[Episode, str]]) -> None:
         transitions.leave_hot(t.move, written, collect=True)
 
 
-def warm_shape(episode: Episode, summariser: Any, policy: Any, now: datetime) -> WarmShape:
+def warm_shape(episode: Episode, summariser: Any, policy: Policy, now: datetime) -> WarmShape:
     """What a hot episode packs into: the summariser's summary and key points, as many points as its idle time
     allows (the warm gradient), entities and decisions kept whole (docs/concepts.md#the-warm-shape): what
     ingest found plus what the summariser found."""

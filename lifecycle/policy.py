@@ -19,10 +19,13 @@ from fsrs.scheduler import DEFAULT_PARAMETERS, Scheduler
 
 from episodes.language import Language
 from episodes.models import Episode, State
+from memory_platform import db
 from memory_platform.conf import memory_settings
 from memory_platform.openai_compat import validate_base_url
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.scoping import TenantScopedManager
+
+from .tenant_policy import Policy, pinned_cap_bytes
 
 #: A policy's language: "auto" or one of a turn's (``episodes.language.Language``).
 POLICY_LANGUAGES = [("auto", "read off each turn's script"), *Language.choices]
@@ -352,7 +355,11 @@ class MemoryPolicy(models.Model):
     @property
     def pinned_cap_bytes(self) -> int:
         """What the tenant's pinned episodes may weigh: ``hot_pinned_share`` of ``hot_quota_bytes``."""
-        return int(self.hot_pinned_share * self.hot_quota_bytes)
+        return pinned_cap_bytes(self.hot_pinned_share, self.hot_quota_bytes)
+
+    def values(self) -> Policy:
+        """This row's values as the code reads them (saved or not: the console previews an edit)."""
+        return Policy(**{name: getattr(self, name) for name in Policy.field_names()})
 
     def clean(self) -> None:
         errors: dict[str, str] = {}
@@ -452,17 +459,29 @@ def pinned_bytes(tenant_id: Any) -> int:
     return int(total or 0)
 
 
-def policy_for(tenant: Tenant) -> MemoryPolicy:
-    """The tenant's policy, created with the defaults on first use (get_or_create survives the race)."""
-    # Every ingest reads it: a raw statement (no ORM query to build); get_or_create when missing.
-    found = list(
-        MemoryPolicy.objects.raw(
-            f"SELECT * FROM {MemoryPolicy._meta.db_table} WHERE tenant_id = %s", [tenant.pk]
-        )
-    )
-    if found:
-        return found[0]
-    policy, _ = MemoryPolicy.objects.get_or_create(tenant=tenant)
+def read_policy(tenant: Tenant) -> Policy:
+    """The tenant's policy, read from one statement (created with the defaults on first use).
+
+    Every ingest and every search reads it: one fast-path statement of the columns, no model
+    instance to build. Read it once per request or task and pass it down."""
+    row = db.fetch_one(_policy_query(), [tenant.pk])
+    if row is None:
+        return policy_row(tenant).values()
+    return Policy(**dict(zip(Policy.field_names(), row, strict=True)))
+
+
+@functools.cache
+def _policy_query() -> str:
+    meta = MemoryPolicy._meta
+    columns = db.column_list(meta.get_field(name) for name in Policy.field_names())
+    return f"SELECT {columns} FROM {meta.db_table} WHERE tenant_id = %s"
+
+
+def policy_row(tenant: Tenant) -> MemoryPolicy:
+    """The tenant's policy row, to change and save (``lifecycle.services.policy_save``) or to show
+    as it is stored (the API, an export); created with the defaults on first use (get_or_create
+    survives the race). The code that acts on the policy reads it with ``read_policy``."""
+    policy, _ = MemoryPolicy.objects.for_tenant(tenant).get_or_create(tenant=tenant)
     return policy
 
 

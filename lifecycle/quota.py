@@ -2,7 +2,7 @@
 tenant can never fill the Redis that every tenant's hot index lives in.
 
 Pinned episodes (anchors) never leave hot by this rule, so they have a cap of their own inside the
-quota: ``MemoryPolicy.pinned_cap_bytes`` (``hot_pinned_share`` of ``hot_quota_bytes``) bounds what
+quota: ``Policy.pinned_cap_bytes`` (``hot_pinned_share`` of ``hot_quota_bytes``) bounds what
 the tenant's anchors weigh, in whatever layer they are (``policy.pinned_bytes``). Every way to pin
 (a pinned memory, the pin endpoint, restoring or rolling back to a pinned episode, an import)
 calls ``pin_check`` first and is refused whole past the cap; an anchor takes no turns after it was
@@ -34,9 +34,10 @@ from memory_platform.tenancy.models import Tenant
 
 from . import transitions
 from .compression import get_summariser
-from .models import MemoryPolicy, policy_for
+from .models import read_policy
 from .moves import warm_shape
 from .policy import pinned_bytes
+from .tenant_policy import Policy
 
 __all__ = ["PinnedCapExceeded", "hot_bytes", "make_room", "pin_check", "pinned_bytes", "pinned_weight"]
 
@@ -56,7 +57,7 @@ def hot_bytes(tenant: Tenant) -> int:
 class PinnedCapExceeded(ConflictError):
     """A pin that would take the tenant's pinned bytes past its cap; nothing was written."""
 
-    def __init__(self, *, policy: MemoryPolicy, pinned: int, adding: int):
+    def __init__(self, *, policy: Policy, pinned: int, adding: int):
         self.cap_bytes = policy.pinned_cap_bytes
         self.pinned_bytes = pinned
         self.adding_bytes = adding
@@ -86,7 +87,7 @@ def pinned_weight(*, anchor: bool, state: str, hot_bytes: int) -> int:
     return int(hot_bytes) if anchor and state != State.FORGOTTEN else 0
 
 
-def pin_check(*, tenant: Tenant, adding: int, policy: MemoryPolicy | None = None) -> None:
+def pin_check(*, tenant: Tenant, adding: int, policy: Policy | None = None) -> None:
     """Raise PinnedCapExceeded when ``adding`` more pinned bytes would take the tenant past its cap.
 
     Called inside the transaction that pins, before it writes: the lock, held until that
@@ -98,7 +99,7 @@ def pin_check(*, tenant: Tenant, adding: int, policy: MemoryPolicy | None = None
         raise RuntimeError("pin_check runs inside the transaction that pins (its lock lasts until the end)")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"pins|{tenant.pk}"])
-    policy = policy or policy_for(tenant)
+    policy = policy or read_policy(tenant)
     pinned = pinned_bytes(tenant.pk)
     if pinned + adding > policy.pinned_cap_bytes:
         raise PinnedCapExceeded(policy=policy, pinned=pinned, adding=adding)
@@ -111,7 +112,7 @@ def make_room(
 
     ``arriving`` are the episodes the caller just wrote: they are the most recently used, so they
     leave only when everything older has left and the tenant is still over."""
-    policy = policy_for(tenant)
+    policy = read_policy(tenant)
     quota = int(policy.hot_quota_bytes)
     total = hot_bytes(tenant)
     if total <= quota:

@@ -3,7 +3,7 @@ retrievability, the ADR weight and the priority (docs/concepts.md#scores).
 
 Nothing here reads the clock, the database or Redis: the tick, the read path and the admin pass
 ``now`` and the counts they already hold, so a replay with the same inputs gives the same numbers.
-A policy is anything with the ``MemoryPolicy`` attributes (an unsaved instance is fine).
+A policy is a ``lifecycle.tenant_policy.Policy`` (a saved or an edited row's values).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from fsrs import State as CardState
 
 from episodes.models import Layer, State
 
-Policy = Any  # duck-typed: MemoryPolicy or anything with the same attributes
+from .tenant_policy import Policy
 
 #: How a use of a memory counts as an FSRS review (docs/concepts.md#fsrs-retrievability-and-stability).
 RATINGS: dict[str, Rating] = {

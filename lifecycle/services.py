@@ -39,11 +39,12 @@ from .compression import ColdShape, WarmShape, get_summariser
 from .forgetting import episode_restore, forget_apply, forget_journaled, forget_select, purge_forgotten
 from .hotsync import sync_episode
 from .journal import EDITABLE_FIELDS, journal_record, snapshot
-from .models import MemoryPolicy, PolicyChange, policy_for
+from .models import MemoryPolicy, PolicyChange, read_policy
 from .policy import policy_diff
 from .quota import PinnedCapExceeded, make_room, pin_check
 from .rollback import RollbackError, rollback_journal_entry
 from .selectors import segmentation_rules
+from .tenant_policy import Policy
 from .tick import STEPS, TickBusy, TickInterrupted, tick_preview, tick_run
 from .updates import Written, updates_after_write, written_of
 
@@ -81,7 +82,7 @@ def turns_ingest(
     *, tenant: Tenant, turns: Sequence[TurnInput], now: datetime, asynchronous: bool = False
 ) -> IngestResult:
     """Append turns, segmented by the tenant's policy, its hot tier kept within its quota."""
-    policy = policy_for(tenant)  # one read for the turns' language and the segmentation rules
+    policy = read_policy(tenant)  # one read for the turns' language and the segmentation rules
     tenant_embedder_settle(tenant=tenant, policy=policy)
     turns = [
         dataclasses.replace(t, language=language_of(t.text, given=t.language, default=policy.language))
@@ -100,7 +101,7 @@ def turns_ingest(
     return result
 
 
-def tenant_embedder_settle(*, tenant: Tenant, policy: MemoryPolicy) -> None:
+def tenant_embedder_settle(*, tenant: Tenant, policy: Policy) -> None:
     """Before a tenant's first memory is embedded: the multilingual model in place of the English
     one when its policy names a language that one reads poorly (``embedder_for_language``). A
     tenant that holds memory keeps the model that made its vectors: two models' vectors in one
@@ -120,7 +121,7 @@ def tenant_embedder_settle(*, tenant: Tenant, policy: MemoryPolicy) -> None:
 def memory_create(*, tenant: Tenant, memory: MemoryInput, now: datetime) -> Episode:
     """An explicit memory (a fact, a preference), its tenant's hot tier kept within its quota; a
     pinned one also within the tenant's pinned cap (PinnedCapExceeded, nothing written)."""
-    policy = policy_for(tenant)
+    policy = read_policy(tenant)
     tenant_embedder_settle(tenant=tenant, policy=policy)
     given = language_of(memory.text, given=memory.language, default=policy.language)
     # A pin is checked and written in one transaction (its lock keeps a concurrent pin out until
@@ -145,7 +146,7 @@ def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int
     """FSRS-6 reviews from an agent's feedback (docs/concepts.md#fsrs-retrievability-and-stability): `Good`
     for a memory it used, `Hard` for one it was given and did not use. Returns the number of episodes
     reviewed."""
-    policy = policy_for(tenant)
+    policy = read_policy(tenant)
     ratings = {episode_id: "unused" for episode_id in unused}
     ratings.update({episode_id: "access" for episode_id in used})  # used wins if named twice
     reviewed = 0
@@ -227,7 +228,7 @@ def episode_pack(*, tenant: Tenant, episode_id: int, layer: str, now: datetime, 
         raise EpisodeNotFound(episode_id)
     if layer == Layer.COLD and episode.anchor:
         raise ConflictError("an anchor never goes cold; unpin it first")
-    policy = policy_for(tenant)
+    policy = read_policy(tenant)
     summariser = get_summariser(policy)
     move = transitions.Move(now=now, actor=actor)
     if episode.layer == Layer.HOT:

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from memory_platform.tenancy.models import Tenant
 
-from .models import policy_for
+from .models import read_policy
 from .tick import tick_run
 
 SCHEDULE_PREFIX = "lifecycle.tick:"
@@ -45,7 +45,7 @@ def schedule_ticks() -> dict[str, int]:
     for tenant in Tenant.objects.filter(is_active=True):
         name = f"{SCHEDULE_PREFIX}{tenant.pk}"
         wanted.add(name)
-        minutes = int(policy_for(tenant).tick_interval_minutes)
+        minutes = int(read_policy(tenant).tick_interval_minutes)
         schedule, made = Schedule.objects.get_or_create(
             name=name,
             defaults={

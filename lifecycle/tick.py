@@ -35,8 +35,9 @@ from .compression import ExtractiveSummariser
 from .forgetting import purge_due, purge_forgotten
 from .hotsync import hot_repair, retag_state
 from .journal import to_json
-from .models import Candidate, JournalEntry, MemoryPolicy, TickRun, policy_for
+from .models import Candidate, JournalEntry, TickRun, read_policy
 from .moves import step_hot_to_warm, step_promote, step_warm_gradient, step_warm_to_cold
+from .tenant_policy import Policy
 from .tick_context import FaultHook, Tick, TickInterrupted
 
 logger = logging.getLogger(__name__)
@@ -191,7 +192,7 @@ def tick_run(
     unknown = sorted(set(wanted) - set(STEPS))
     if unknown or (fail_after_step is not None and fail_after_step not in STEPS):
         raise ValueError(f"unknown tick step(s) {unknown or [fail_after_step]}; steps are {list(STEPS)}")
-    policy = policy_for(tenant)
+    policy = read_policy(tenant)
     run = TickRun.objects.create(tenant=tenant, now_used=now, started_at=timezone.now())
     started = time.perf_counter()
     if not _try_lock(tenant):
@@ -265,7 +266,7 @@ class TickBusy(Exception):
 
 
 def tick_preview(
-    *, tenant: Tenant, now: datetime, policy: MemoryPolicy | None = None, sample: int = 5
+    *, tenant: Tenant, now: datetime, policy: Policy | None = None, sample: int = 5
 ) -> dict[str, Any]:
     """What a tick at ``now`` would do under ``policy`` (an unsaved one from a form or a request,
     else the tenant's), without writing anything: the tick's own steps run in one transaction that
@@ -275,7 +276,7 @@ def tick_preview(
 
     The extractive summariser stands in for an LLM one (what moves does not depend on the words);
     rows the steps change stay locked until the rollback. Raises TickBusy while a tick runs."""
-    policy = policy or policy_for(tenant)
+    policy = policy or read_policy(tenant)
     if not _try_lock(tenant):
         raise TickBusy(f"a tick of {tenant.name} is running; preview again when it is done")
     result: dict[str, Any] = {}

@@ -17,7 +17,8 @@ from memory_platform.tenancy.models import Tenant
 
 from . import scoring, transitions
 from .compression import get_summariser
-from .models import MemoryPolicy, TickRun
+from .models import TickRun
+from .tenant_policy import Policy
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def days_between(now: datetime, then: datetime | None) -> float:
 @dataclass
 class Tick:
     tenant: Tenant
-    policy: MemoryPolicy
+    policy: Policy
     now: datetime
     run: TickRun
     hook: FaultHook | None = None

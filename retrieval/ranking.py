@@ -29,6 +29,7 @@ from episodes.stores.hot import Feedback
 from episodes.stores.hot_replies import HotHit
 from episodes.when import Window, mention_window
 from lifecycle import scoring
+from lifecycle.tenant_policy import Policy
 from memory_platform.conf import memory_settings
 from memory_platform.tenancy.models import Tenant
 
@@ -72,7 +73,7 @@ def platform_weights() -> RetrievalWeights:
     )
 
 
-def tenant_weights(policy: Any) -> RetrievalWeights:
+def tenant_weights(policy: Policy) -> RetrievalWeights:
     """The fusion the tenant's policy sets (fusion weights and k) on the platform's settings."""
     return dataclasses.replace(
         platform_weights(), vector=policy.rrf_vector_weight, text=policy.rrf_text_weight, k=policy.rrf_k
@@ -265,7 +266,7 @@ def rerank(
     ranked: dict[int, rows.RankRow],
     relevance: dict[int, float],
     weights: RetrievalWeights,
-    policy: Any,
+    policy: Policy,
     now: datetime,
     when: Sequence[Window] = (),
 ) -> list[tuple[int, float, dict[str, float]]]:

@@ -26,8 +26,9 @@ from episodes.stores import archive, rows
 from episodes.stores.hot import HotUnavailable, hot_store, unavailable_reason
 from episodes.stores.rows import turns_for
 from lifecycle import scoring
-from lifecycle.selectors import SearchSettings, search_settings
+from lifecycle.models import read_policy
 from lifecycle.services import feedback_review
+from lifecycle.tenant_policy import Policy
 from memory_platform import counters
 from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
@@ -46,19 +47,6 @@ from .tiers import Tiers
 from .unpack import unpack
 
 logger = logging.getLogger(__name__)
-
-
-def _settings(tenant: Tenant) -> SearchSettings:
-    """The policy's search settings, read once per tenant object (one request, one command run)."""
-    cached: SearchSettings | None = getattr(tenant, "_search_settings", None)
-    if cached is None:
-        cached = search_settings(tenant)
-        tenant._search_settings = cached  # type: ignore[attr-defined]
-    return cached
-
-
-def activation_limit(tenant: Tenant) -> int:
-    return int(_settings(tenant).activation_limit)
 
 
 @dataclass
@@ -140,13 +128,20 @@ def _vector_reading(tenant: Tenant, query: SearchQuery) -> float:
 
 
 def search(
-    *, tenant: Tenant, query: SearchQuery, now: datetime, weights: RetrievalWeights | None = None
+    *,
+    tenant: Tenant,
+    query: SearchQuery,
+    now: datetime,
+    weights: RetrievalWeights | None = None,
+    policy: Policy | None = None,
 ) -> SearchResult:
+    """``policy``: the tenant's, when the caller has read it already (read here otherwise)."""
     started = time.perf_counter()
     window = query.scope.occurred_from, query.scope.occurred_to
     if window[0] is not None and window[1] is not None and window[0] > window[1]:
         return SearchResult(hits=[], degraded=False, took_ms=0.0)  # a window that ends before it starts
-    weights = weights or tenant_weights(_settings(tenant))
+    policy = policy or read_policy(tenant)
+    weights = weights or tenant_weights(policy)
     k = max(weights.candidates, query.limit * 3)
     layers = query.scope.layers or ALL_LAYERS
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
@@ -176,7 +171,7 @@ def search(
         query,
         k,
         weights,
-        raw_turns=_settings(tenant).search_packed_turns,
+        raw_turns=policy.search_packed_turns,
         layers_version=layers_version,
     )
     tiers = tiers_of(hot=search_hot, archive_layers=archive_layers, missed=missed)
@@ -212,7 +207,7 @@ def search(
             base = episode_relevance[episode_id]
             matched[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
 
-    order = rerank(ranked, episode_relevance, weights, _settings(tenant), now, timed)[: query.limit]
+    order = rerank(ranked, episode_relevance, weights, policy, now, timed)[: query.limit]
     episodes = rows.hit_episodes(tenant, [pk for pk, _, _ in order])
     hits = []
     for pk, score, parts in order:
@@ -315,6 +310,7 @@ def search_shaped(
     may_unpack: bool = True,
     found: Callable[[list[int], list[int]], object] | None = None,
     budget: Budget | None = None,
+    policy: Policy | None = None,
 ) -> dict[str, Any]:
     """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``) with the turns
     chosen across the hits within ``budget`` (``retrieval.evidence``; by default the platform's)
@@ -323,7 +319,7 @@ def search_shaped(
     without it they are read whole where they are. ``found`` is told
     the hits' internal ids (to record their uses): those found by the lists, and those reached by a
     hop (a traversal)."""
-    result = search(tenant=tenant, query=query, now=now)
+    result = search(tenant=tenant, query=query, now=now, policy=policy)
     if found is not None:
         found(result.accessed, result.traversed)
     deep = query.depth == "deep"
@@ -419,21 +415,26 @@ def activate(
     tenant: Tenant,
     kind: str,
     query_text: str,
-    limit: int,
+    limit: int | None,
     now: datetime,
     scope: Scope | None = None,
 ) -> dict[str, Any]:
     """Top active memories of one event type: by relevance when a query is given, else by the
-    tenant's priority (docs/concepts.md#priority: recency, frequency, anchor)."""
+    tenant's priority (docs/concepts.md#priority: recency, frequency, anchor). ``limit``: the
+    policy's ``activation_limit`` when None."""
+    policy = read_policy(tenant)
+    limit = limit or policy.activation_limit
     scope = (scope or Scope()).replace(kinds=(kind,), states=(State.ACTIVE,))
     if query_text.strip():
         return search_shaped(
-            tenant=tenant, query=SearchQuery(text=query_text, scope=scope, limit=limit, view="full"), now=now
+            tenant=tenant,
+            query=SearchQuery(text=query_text, scope=scope, limit=limit, view="full"),
+            now=now,
+            policy=policy,
         )
     candidates = list(
         Episode.objects.for_tenant(tenant).filter(scope.q()).order_by("-anchor", "-last_accessed_at")[:200]
     )
-    policy = _settings(tenant)
     scored = [(scoring.priority(stats_of(e), policy, now), e) for e in candidates]
     scored.sort(key=lambda x: -x[0])
     hits = [Hit(episode=e, relevance=0.0, score=p) for p, e in scored[:limit]]

@@ -20,6 +20,7 @@ from memory_platform.admin_base import ReadOnlyInline, TenantScopedAdmin, admin_
 
 from .. import scoring, services
 from ..journal import EDITABLE_FIELDS
+from ..tenant_policy import Policy
 
 # --- episodes -----------------------------------------------------------------------------------------
 _LIVE = [State.ACTIVE, State.DORMANT, State.DELETE_CANDIDATE]
@@ -123,21 +124,25 @@ class EpisodeAdmin(TenantScopedAdmin):
         )
 
     # --- computed columns: scored at `now` under the tenant's policy, never stored ---------------
+    def _policy(self, obj: Episode) -> Policy:
+        # The page's rows come with their tenant's policy row (list_select_related).
+        return obj.tenant.policy.values()
+
     def _stats(self, obj: Episode) -> scoring.EpisodeStats:
         degree = (getattr(obj, "in_degree", 0), getattr(obj, "out_degree", 0))
         return scoring.EpisodeStats.from_episode(obj, *degree)
 
     @admin.display(description="activity")
     def activity_score(self, obj: Episode) -> str:
-        return f"{scoring.activity_score(self._stats(obj), obj.tenant.policy, timezone.now()):.2f}"
+        return f"{scoring.activity_score(self._stats(obj), self._policy(obj), timezone.now()):.2f}"
 
     @admin.display(description="R (FSRS)")
     def retrievability(self, obj: Episode) -> str:
-        return f"{scoring.retrievability(self._stats(obj), obj.tenant.policy, timezone.now()):.2f}"
+        return f"{scoring.retrievability(self._stats(obj), self._policy(obj), timezone.now()):.2f}"
 
     @admin.display(description="priority")
     def priority(self, obj: Episode) -> str:
-        return f"{scoring.priority(self._stats(obj), obj.tenant.policy, timezone.now()):.2f}"
+        return f"{scoring.priority(self._stats(obj), self._policy(obj), timezone.now()):.2f}"
 
     @admin.display(description="embedding")
     def embedding_dims(self, obj: Episode) -> str:

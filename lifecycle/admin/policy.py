@@ -186,7 +186,7 @@ class MemoryPolicyAdmin(TenantScopedAdmin):
             context["changes"] = policy_diff(saved, unsaved)
             try:
                 context["preview"] = services.tick_preview(
-                    tenant=saved.tenant, now=timezone.now(), policy=unsaved
+                    tenant=saved.tenant, now=timezone.now(), policy=unsaved.values()
                 )
             except services.TickBusy as exc:
                 context["busy"] = str(exc)

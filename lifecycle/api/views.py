@@ -25,7 +25,7 @@ from memory_platform.api.errors import Conflict, Gone, OverQuota, PayloadTooLarg
 from memory_platform.conf import memory_settings
 
 from .. import erasure, services
-from ..models import MemoryPolicy, policy_for
+from ..models import MemoryPolicy, policy_row
 from ..stats import tenant_stats
 from . import rights
 from . import serializers as s
@@ -315,7 +315,7 @@ class PolicyView(TenantAPIView):
 
     @extend_schema(responses=s.PolicySerializer, summary="The tenant's memory policy")
     def get(self, request: Request) -> Response:
-        return Response(s.PolicySerializer(policy_for(self.tenant)).data)
+        return Response(s.PolicySerializer(policy_row(self.tenant)).data)
 
     @extend_schema(
         request=s.PolicySerializer,
@@ -323,7 +323,7 @@ class PolicyView(TenantAPIView):
         summary="Change fields of the tenant's memory policy (validated as in the console; recorded)",
     )
     def patch(self, request: Request) -> Response:
-        policy, _ = _policy_with(policy_for(self.tenant), request.data)
+        policy, _ = _policy_with(policy_row(self.tenant), request.data)
         services.policy_save(policy=policy, now=timezone.now(), actor=self.actor)
         return Response(s.PolicySerializer(policy).data)
 
@@ -346,9 +346,9 @@ class PolicyPreviewView(TenantAPIView):
         summary="Preview a policy: the moves a tick now would make under it, nothing written",
     )
     def post(self, request: Request) -> Response:
-        policy, fields = _policy_with(policy_for(self.tenant), request.data)
+        policy, fields = _policy_with(policy_row(self.tenant), request.data)
         try:
-            preview = services.tick_preview(tenant=self.tenant, now=timezone.now(), policy=policy)
+            preview = services.tick_preview(tenant=self.tenant, now=timezone.now(), policy=policy.values())
         except services.TickBusy as exc:
             raise Conflict(str(exc)) from None
         return Response({"fields": sorted(fields), **preview})

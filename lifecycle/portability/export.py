@@ -20,7 +20,7 @@ from memory_platform.tenancy.models import Tenant
 
 from ..api.serializers import PolicySerializer  # the policy's JSON shape, secrets left out
 from ..journal import to_json
-from ..models import AccessWindow, JournalEntry, policy_for
+from ..models import AccessWindow, JournalEntry, policy_row
 from . import records
 
 #: Called with (episodes written, episodes to write) after each batch.
@@ -79,7 +79,7 @@ def export_lines(
         }
     )
     counts: Counter[str] = Counter()
-    yield _line({"type": "policy", "policy": dict(PolicySerializer(policy_for(tenant)).data)})
+    yield _line({"type": "policy", "policy": dict(PolicySerializer(policy_row(tenant)).data)})
     counts["policy"] += 1
 
     ids = list(filters.episodes(tenant).order_by("pk").values_list("pk", "public_id"))

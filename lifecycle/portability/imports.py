@@ -39,7 +39,7 @@ from memory_platform.tenancy.models import Tenant
 from ..api.serializers import PolicySerializer
 from ..hotsync import sync_episode
 from ..journal import journal_record, snapshot, to_json
-from ..models import AccessWindow, JournalEntry, MemoryPolicy, policy_for
+from ..models import AccessWindow, JournalEntry, MemoryPolicy, policy_row
 from ..quota import make_room, pin_check, pinned_weight
 from ..services import policy_save
 from . import records
@@ -116,7 +116,8 @@ def import_export(
         )
     with transaction.atomic():  # the pins of the whole import, refused before anything is written
         held = Episode.objects.filter(tenant=tenant, public_id__in=[e.public_id for e in episodes])
-        pin_check(tenant=tenant, adding=_pins_added({e.public_id: e for e in held}, episodes), policy=policy)
+        adding = _pins_added({e.public_id: e for e in held}, episodes)
+        pin_check(tenant=tenant, adding=adding, policy=policy.values() if policy is not None else None)
     if policy is not None:
         policy_save(policy=policy, now=now, actor=actor)
         report.policy = "applied (the tenant held no memory)"
@@ -156,7 +157,7 @@ def import_export(
 def _policy(tenant: Tenant, values: Mapping[str, Any], line: int) -> MemoryPolicy:
     """The tenant's policy with the export's values (``reading`` checked each), checked like the
     API's against the tenant's other values (``FormatError`` naming the policy's line)."""
-    policy = policy_for(tenant)
+    policy = policy_row(tenant)
     serializer = PolicySerializer(policy, data=dict(values), partial=True)
     if not serializer.is_valid():
         raise FormatError(line, f"policy: {json.dumps(serializer.errors, ensure_ascii=False)}")

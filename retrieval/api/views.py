@@ -131,13 +131,12 @@ class ActivateView(TenantAPIView):
         serializer = s.ActivateInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
-        limit = d.get("limit") or services.activation_limit(self.tenant)
         return Response(
             services.activate(
                 tenant=self.tenant,
                 kind=d["kind"],
                 query_text=d["query"],
-                limit=limit,
+                limit=d.get("limit"),
                 now=timezone.now(),
                 scope=filter_scope(d),
             )

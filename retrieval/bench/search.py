@@ -55,12 +55,12 @@ def planned_layers(size: int, hot_quota: int) -> list[str]:
 
 def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None]) -> tuple[Tenant, np.ndarray]:
     """A tenant of ``size`` episodes of one turn each, laid out by ``planned_layers``."""
-    from lifecycle.models import policy_for
+    from lifecycle.models import read_policy
 
     # A `local` tenant, so a query without a vector is embedded by the server; the load itself
     # writes precomputed vectors (own and window) so no model runs while loading.
     tenant = tenant_create(name=f"bench-search-{size}-{uuid.uuid4().hex[:6]}", embedder="local")
-    planned = planned_layers(size, int(policy_for(tenant).hot_quota))
+    planned = planned_layers(size, int(read_policy(tenant).hot_quota))
     topics = rng.normal(size=(max(10, size // 50), EMBEDDING_DIM)).astype(np.float32)
     now = timezone.now()
     start = now - timedelta(days=200)
@@ -264,7 +264,7 @@ def reuse_tenant(size: int, log: Callable[[str], None]) -> tuple[Tenant, np.ndar
     is still laid out as it was loaded. A scheduler's tick (`make run`'s worker ticks every
     tenant) moves a kept tenant's episodes out of hot, and a search over it then measures another
     mixture of tiers than the one the table names."""
-    from lifecycle.models import policy_for
+    from lifecycle.models import read_policy
 
     for tenant in Tenant.objects.filter(name__startswith=f"bench-search-{size}-").order_by("-created_at"):
         found = Counter(
@@ -272,7 +272,7 @@ def reuse_tenant(size: int, log: Callable[[str], None]) -> tuple[Tenant, np.ndar
         )
         if found.total() != size:
             continue
-        planned = Counter(planned_layers(size, int(policy_for(tenant).hot_quota)))
+        planned = Counter(planned_layers(size, int(read_policy(tenant).hot_quota)))
         if found != planned:
             log(
                 f"not reusing {tenant.name}: its layers changed since it was loaded "

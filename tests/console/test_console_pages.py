@@ -8,7 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from lifecycle.admin import MemoryPolicyForm
-from lifecycle.models import JournalEntry, PolicyChange, TickRun, policy_for
+from lifecycle.models import JournalEntry, PolicyChange, TickRun, policy_row
 from lifecycle.services import episode_pin
 from memory_platform.tenancy.services import api_key_create, tenant_create
 from tests.lifecycle.factories import NOW, conversation
@@ -38,7 +38,7 @@ def aged():
 
 
 def test_a_saved_change_is_recorded_with_who_and_old_and_new_values(admin_client, aged):
-    policy = policy_for(aged)
+    policy = policy_row(aged)
     url = f"/admin/lifecycle/memorypolicy/{policy.pk}/change/"
     response = admin_client.post(url, form_data(policy, hot_days=7, llm_api_key="sk-secret"))
     assert response.status_code == 302, response.content.decode()[:2000]
@@ -56,7 +56,7 @@ def test_a_saved_change_is_recorded_with_who_and_old_and_new_values(admin_client
 
 
 def test_the_preview_shows_the_moves_of_the_entered_values_and_saves_nothing(admin_client, aged):
-    policy = policy_for(aged)
+    policy = policy_row(aged)
     before = (
         TickRun.objects.across_tenants("test").count(),
         JournalEntry.objects.across_tenants("test").count(),
@@ -72,7 +72,7 @@ def test_the_preview_shows_the_moves_of_the_entered_values_and_saves_nothing(adm
     assert (
         TickRun.objects.across_tenants("test").count(),
         JournalEntry.objects.across_tenants("test").count(),
-        policy_for(aged).hot_days,
+        policy_row(aged).hot_days,
     ) == before
 
     invalid = admin_client.post(

@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from episodes.models import Episode
-from lifecycle.models import Candidate, JournalEntry, TickRun, policy_for
+from lifecycle.models import Candidate, JournalEntry, TickRun, policy_row
 from lifecycle.services import episode_pin
 from memory_platform.tenancy.models import TenantOperator
 from tests.conftest import Caller
@@ -65,7 +65,7 @@ def test_an_operator_of_a_sees_nothing_of_b(client):
         "/admin/tenancy/apikey/",
         "/admin/tenancy/tenant/",
         "/admin/tenancy/apikey/add/",
-        f"/admin/lifecycle/memorypolicy/{policy_for(a).pk}/change/",
+        f"/admin/lifecycle/memorypolicy/{policy_row(a).pk}/change/",
         "/admin/autocomplete/?app_label=lifecycle&model_name=memorypolicy&field_name=tenant",
     ]
     for page in pages:
@@ -83,14 +83,14 @@ def test_an_operator_of_a_sees_nothing_of_b(client):
         f"/admin/tenants/{b.pk}/dashboard/",
         f"/admin/tenancy/tenant/{b.pk}/change/",
         f"/admin/episodes/episode/{b_episode.pk}/change/",
-        f"/admin/lifecycle/memorypolicy/{policy_for(b).pk}/change/",
+        f"/admin/lifecycle/memorypolicy/{policy_row(b).pk}/change/",
         f"/admin/lifecycle/journalentry/{JournalEntry.objects.across_tenants('test').filter(tenant=b).first().pk}/change/",
     ):
         response = client.get(page, follow=True)
         assert response.status_code == 404 or b.name not in response.content.decode(), page
     assert client.get(f"/admin/tenants/{b.pk}/dashboard/").status_code == 404
     assert client.post(f"/admin/tenants/{b.pk}/tick/").status_code == 404
-    assert client.post(f"/admin/lifecycle/memorypolicy/{policy_for(b).pk}/preview/", {}).status_code == 404
+    assert client.post(f"/admin/lifecycle/memorypolicy/{policy_row(b).pk}/preview/", {}).status_code == 404
 
     # actions on B's rows, named in a POST body, touch nothing
     b_candidate = Candidate.objects.across_tenants("test").get(tenant=b)

@@ -11,7 +11,7 @@ from episodes.scope import Scope
 from episodes.services import MemoryInput, TurnInput
 from episodes.stores.hot import hot_store
 from lifecycle import scoring
-from lifecycle.models import Candidate, policy_for
+from lifecycle.models import Candidate, policy_row
 from lifecycle.services import memory_create, turns_ingest
 from lifecycle.tick import tick_run
 from tests.conftest import unit_vectors
@@ -133,9 +133,9 @@ def layers(tenant) -> dict[int, str]:
 def strict_thresholds(tenant) -> None:
     """Thresholds of the worked examples (θ_active 0.5, θ_delete 0.0): a few idle days make an
     unlinked episode dormant, which the state tests need to see within a short history."""
-    from lifecycle.models import policy_for
+    from lifecycle.models import policy_row
 
-    policy = policy_for(tenant)
+    policy = policy_row(tenant)
     policy.theta_active, policy.theta_delete = 0.5, 0.0
     policy.save(update_fields=["theta_active", "theta_delete"])
 
@@ -159,7 +159,7 @@ IDLE_DAYS = [1, 10, 20, 50, 100, 200]
 
 def set_policy(tenant, **fields):
     """Change the tenant's policy, each value checked as the model checks it."""
-    policy = policy_for(tenant)
+    policy = policy_row(tenant)
     for name, value in fields.items():
         setattr(policy, name, value)
     policy.full_clean()
@@ -168,7 +168,7 @@ def set_policy(tenant, **fields):
 
 def expected_layers(tenant, now):
     """The layer the policy gives each of the tenant's episodes at ``now``."""
-    policy = policy_for(tenant)
+    policy = policy_row(tenant)
     out = {}
     for episode in Episode.objects.across_tenants("test").filter(tenant=tenant):
         out[episode.pk] = scoring.layer_for(scoring.EpisodeStats.from_episode(episode), policy, now)

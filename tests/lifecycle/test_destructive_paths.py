@@ -18,7 +18,7 @@ from django.utils import timezone
 from episodes.models import Episode, Layer, Link, State, Turn
 from episodes.stores.hot import hot_store
 from lifecycle.journal import EDITABLE_FIELDS
-from lifecycle.models import Candidate, JournalEntry, policy_for
+from lifecycle.models import Candidate, JournalEntry, policy_row
 from lifecycle.rollback import RollbackError, rollback_journal_entry
 from lifecycle.services import episode_edit, forget_journaled, purge_forgotten
 from lifecycle.tick import tick_run
@@ -193,7 +193,7 @@ def test_api_restore_is_journaled_and_its_rollback_forgets_again(caller, outside
 
 
 def test_a_restore_after_the_tenants_grace_period_is_refused_and_journals_nothing(caller):
-    policy = policy_for(caller.tenant)
+    policy = policy_row(caller.tenant)
     policy.purge_grace_days = 2
     policy.save(update_fields=["purge_grace_days"])
     public_id = remember(caller, "The old wifi password was hunter2.")
@@ -409,7 +409,7 @@ def test_after_the_purge_the_forget_cannot_be_rolled_back_and_the_purge_is_logge
     episode_id = pk(public_id)
     assert caller.delete(f"/api/v1/memories/{public_id}").status_code == 200
     forget = journaled(episode_id, "forget")
-    grace = policy_for(caller.tenant).purge_grace_days
+    grace = policy_row(caller.tenant).purge_grace_days
 
     # Within the grace period nothing is purged.
     assert purge_forgotten(tenant=caller.tenant, now=timezone.now(), grace_days=grace) == (0, [])

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from episodes.models import Turn
 from episodes.services import MemoryInput, TurnInput
-from lifecycle.models import policy_for
+from lifecycle.models import policy_row
 from lifecycle.services import memory_create, tenant_embedder_settle, turns_ingest
 from memory_platform.embeddings import embedder_for_language, get_embedder
 from memory_platform.tenancy.models import Tenant
@@ -71,7 +71,7 @@ def test_a_request_that_read_the_tenant_before_another_switched_it_finds_the_swi
     tenant = tenant_create(name="ru-race", embedder="local")
     set_policy(tenant, language="ru")
     earlier = Tenant.objects.get(pk=tenant.pk)  # loaded by a second request, before the switch
-    policy = policy_for(tenant)
+    policy = policy_row(tenant)
     tenant_embedder_settle(tenant=tenant, policy=policy)
     turns_ingest(
         tenant=tenant, turns=[TurnInput(role="user", text=RUSSIAN)], now=timezone.now(), asynchronous=True

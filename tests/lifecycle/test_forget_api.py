@@ -10,7 +10,7 @@ from django.utils import timezone
 from episodes.models import Episode, State
 from episodes.stores.hot import hot_store
 from lifecycle import scoring
-from lifecycle.models import JournalEntry, policy_for
+from lifecycle.models import JournalEntry, policy_row
 from lifecycle.services import feedback_review
 from tests.conftest import Caller, pk, unit_vectors
 
@@ -118,7 +118,7 @@ def test_forget_by_retrievability_below_a_threshold(provided, memories):
     Episode.objects.across_tenants("test").filter(public_id__in=faded_ids).update(
         stability=0.5, difficulty=8.0, last_review_at=long_ago, last_accessed_at=long_ago
     )
-    policy = policy_for(tenant)
+    policy = policy_row(tenant)
     for public_id in faded_ids:
         episode = Episode.objects.across_tenants("test").get(public_id=public_id)
         assert scoring.retrievability(scoring.EpisodeStats.from_episode(episode), policy, now) < 0.5

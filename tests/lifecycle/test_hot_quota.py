@@ -8,7 +8,7 @@ import pytest
 
 from episodes.models import Episode, Layer
 from episodes.stores.hot import hot_store
-from lifecycle.models import JournalEntry, policy_for
+from lifecycle.models import JournalEntry, policy_row
 from lifecycle.quota import hot_bytes
 from memory_platform.redis_client import get_redis
 from tests.conftest import Caller, pk, unit_vectors
@@ -31,7 +31,7 @@ def _turns(prefix: str, count: int, chars: int, vectors, session: str) -> list[d
 
 
 def _set_quota(tenant, quota: int) -> None:
-    policy = policy_for(tenant)
+    policy = policy_row(tenant)
     policy.hot_quota_bytes = quota
     policy.save()
 
@@ -116,7 +116,7 @@ def test_unpacking_makes_room_too(db):
         )
     _set_quota(caller.tenant, hot_bytes(caller.tenant))  # full: three hot episodes
     assert caller.post(f"/api/v1/memories/{ids[0]}/unpack").status_code == 200
-    assert hot_bytes(caller.tenant) <= policy_for(caller.tenant).hot_quota_bytes
+    assert hot_bytes(caller.tenant) <= policy_row(caller.tenant).hot_quota_bytes
     assert (
         Episode.objects.across_tenants("test").get(public_id=ids[0]).layer == Layer.HOT
     )  # the one asked for stays

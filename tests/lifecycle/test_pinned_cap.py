@@ -11,7 +11,7 @@ from django.utils import timezone
 from episodes.models import Episode, Layer, Link, State, Turn, turn_hot_bytes
 from episodes.stores import keys
 from episodes.stores.hot import hot_store
-from lifecycle.models import JournalEntry, PolicyChange, policy_for
+from lifecycle.models import JournalEntry, PolicyChange, policy_row
 from lifecycle.quota import hot_bytes, pinned_bytes
 from lifecycle.rollback import RollbackError, rollback_journal_entry
 from lifecycle.services import episode_pack
@@ -68,7 +68,7 @@ def test_pinned_memories_stop_at_their_cap_and_the_hot_tier_stays_within_its_quo
     outsider = Caller("outsider", embedder="provided")
     set_policy(attacker.tenant, hot_quota_bytes=QUOTA)
     set_policy(outsider.tenant, hot_quota_bytes=QUOTA)
-    cap = policy_for(attacker.tenant).pinned_cap_bytes
+    cap = policy_row(attacker.tenant).pinned_cap_bytes
     assert cap == 250_000
     vectors = unit_vectors(80, seed=41)
     mine = _memory(outsider, "outsider's own", vectors[79], anchor=True)
@@ -108,7 +108,7 @@ def test_pinned_memories_stop_at_their_cap_and_the_hot_tier_stays_within_its_quo
 def test_the_pin_endpoint_is_refused_the_same_way_also_for_a_cold_episode(db):
     caller = Caller("pin-endpoint", embedder="provided")
     set_policy(caller.tenant, hot_quota_bytes=QUOTA)
-    cap = policy_for(caller.tenant).pinned_cap_bytes
+    cap = policy_row(caller.tenant).pinned_cap_bytes
     vectors = unit_vectors(9, seed=42)
     ids = [_memory(caller, f"fact {i}", vectors[i], anchor=False).json()["id"] for i in range(9)]
     for episode_id in ids[:7]:
@@ -139,7 +139,7 @@ def test_the_pin_endpoint_is_refused_the_same_way_also_for_a_cold_episode(db):
 def test_restoring_and_rolling_back_to_a_pin_are_refused_past_the_cap(db):
     caller = Caller("restorer", embedder="provided")
     set_policy(caller.tenant, hot_quota_bytes=QUOTA)
-    cap = policy_for(caller.tenant).pinned_cap_bytes
+    cap = policy_row(caller.tenant).pinned_cap_bytes
     vectors = unit_vectors(9, seed=43)
     forgotten = _memory(caller, "forgotten pin", vectors[0], anchor=True).json()["id"]
     unpinned = _memory(caller, "unpinned pin", vectors[1], anchor=True).json()["id"]
@@ -173,7 +173,7 @@ def test_an_import_carrying_pins_past_the_cap_is_refused_whole(db):
         assert _memory(source, f"pin {i}", vectors[i], anchor=True).status_code == 201
     body = export(source)
     set_policy(target.tenant, hot_quota_bytes=QUOTA)
-    cap = policy_for(target.tenant).pinned_cap_bytes
+    cap = policy_row(target.tenant).pinned_cap_bytes
     assert _memory(target, "already pinned", vectors[9], anchor=True).status_code == 201
     before = (
         _held(target.tenant),
@@ -273,10 +273,10 @@ def test_the_console_refuses_the_same_pins_and_a_cap_below_them(admin_client):
         and Episode.objects.across_tenants("test").get(pk=ids[7]).anchor is False
     )
 
-    policy = policy_for(caller.tenant)
+    policy = policy_row(caller.tenant)
     url = f"/admin/lifecycle/memorypolicy/{policy.pk}/change/"
     response = admin_client.post(url, form_data(policy, hot_pinned_share="0.1"))
     assert response.status_code == 200  # the form again, with the reason
     assert f"below the {7 * WEIGHT} bytes this tenant has pinned" in response.content.decode()
-    assert policy_for(caller.tenant).hot_pinned_share == 0.25
+    assert policy_row(caller.tenant).hot_pinned_share == 0.25
     assert not PolicyChange.objects.across_tenants("test").filter(tenant=caller.tenant).exists()

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 from fsrs.scheduler import DEFAULT_PARAMETERS
 
-from lifecycle.models import JournalEntry, MemoryPolicy, TickRun, policy_for
+from lifecycle.models import JournalEntry, MemoryPolicy, TickRun, policy_row
 from lifecycle.presets import PRESETS, apply_preset
 from memory_platform.tenancy.services import tenant_create
 
@@ -27,9 +27,9 @@ def outsider():
     return tenant_create(name="outsider")
 
 
-def test_policy_for_creates_the_seed_defaults_once(tenant):
-    policy = policy_for(tenant)
-    assert policy.pk and policy_for(tenant).pk == policy.pk
+def test_policy_row_creates_the_defaults_once(tenant):
+    policy = policy_row(tenant)
+    assert policy.pk and policy_row(tenant).pk == policy.pk
     assert MemoryPolicy.objects.across_tenants("test").filter(tenant=tenant).count() == 1
     assert tenant.policy == policy
     assert (policy.coef_in, policy.coef_out, policy.coef_access, policy.coef_traverse) == (1.0, 0.8, 1.2, 0.8)
@@ -125,7 +125,7 @@ def test_clean_checks_fsrs_bounds_and_llm_settings(tenant):
     ],
 )
 def test_database_refuses_bad_values(tenant, values):
-    policy = policy_for(tenant)
+    policy = policy_row(tenant)
     with pytest.raises(IntegrityError), transaction.atomic():
         MemoryPolicy.objects.across_tenants("test").filter(pk=policy.pk).update(**values)
     with pytest.raises(IntegrityError), transaction.atomic():
@@ -134,7 +134,7 @@ def test_database_refuses_bad_values(tenant, values):
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_each_preset_is_valid_and_sets_its_seed(tenant, name):
-    policy = policy_for(tenant)
+    policy = policy_row(tenant)
     policy.hot_quota = 1234  # not governed by any preset: an operator's override survives
     apply_preset(policy, name)
     policy.full_clean()
@@ -146,7 +146,7 @@ def test_each_preset_is_valid_and_sets_its_seed(tenant, name):
 
 
 def test_preset_values_reproduce_the_seeds(tenant):
-    policy = policy_for(tenant)
+    policy = policy_row(tenant)
     apply_preset(policy, "adr")
     assert (policy.layer_rule, policy.adr_decay_factor, policy.adr_archive_after_days) == (
         "weight",
@@ -170,7 +170,7 @@ def test_preset_values_reproduce_the_seeds(tenant):
 
 
 def test_another_tenants_change_does_not_touch_ours(tenant, outsider):
-    ours, theirs = policy_for(tenant), policy_for(outsider)
+    ours, theirs = policy_row(tenant), policy_row(outsider)
     assert ours.pk != theirs.pk
     theirs.hot_days = 3
     apply_preset(theirs, "lsm")
@@ -178,7 +178,7 @@ def test_another_tenants_change_does_not_touch_ours(tenant, outsider):
     theirs.save()
     ours.refresh_from_db()
     assert ours.hot_days == 14 and ours.preset == "metabolism" and ours.layer_rule == "activity"
-    assert policy_for(tenant).hot_days == 14
+    assert policy_row(tenant).hot_days == 14
 
 
 def test_policy_is_deleted_with_its_tenant_and_journal_survives_an_episode(tenant):
@@ -187,7 +187,7 @@ def test_policy_is_deleted_with_its_tenant_and_journal_survives_an_episode(tenan
         tenant=tenant, action="demote_warm", episode_id_value=42, before={"layer": "hot"}, tick_run=run
     )
     assert entry.episode is None and run.journal_entries.get() == entry
-    policy_for(tenant)
+    policy_row(tenant)
     tenant.delete()
     assert (
         not MemoryPolicy.objects.across_tenants("test").exists()
@@ -198,7 +198,7 @@ def test_policy_is_deleted_with_its_tenant_and_journal_survives_an_episode(tenan
 def test_admin_pages_and_preset_action(client, tenant, outsider):
     admin = get_user_model().objects.create_superuser("op", "op@example.com", "pw")
     client.force_login(admin)
-    ours, theirs = policy_for(tenant), policy_for(outsider)
+    ours, theirs = policy_row(tenant), policy_row(outsider)
     assert client.get(reverse("admin:lifecycle_memorypolicy_changelist")).status_code == 200
     page = client.get(reverse("admin:lifecycle_memorypolicy_change", args=[ours.pk]))
     assert page.status_code == 200
@@ -227,7 +227,7 @@ def test_admin_form_applies_a_preset_on_save(client, tenant):
 
     admin = get_user_model().objects.create_superuser("op", "op@example.com", "pw")
     client.force_login(admin)
-    ours = policy_for(tenant)
+    ours = policy_row(tenant)
     data = {k: v for k, v in model_to_dict(ours).items() if k not in ("id", "tenant")}
     data.update(preset="fsrs", apply_preset_now="on", fsrs_parameters=json.dumps(ours.fsrs_parameters))
     url = reverse("admin:lifecycle_memorypolicy_change", args=[ours.pk])

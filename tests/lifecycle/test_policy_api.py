@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from lifecycle.models import JournalEntry, PolicyChange, TickRun, policy_for
+from lifecycle.models import JournalEntry, PolicyChange, TickRun, policy_row
 from tests.conftest import Caller
 
 from .factories import conversation
@@ -28,11 +28,11 @@ def test_read_and_change_the_policy_recorded_with_the_key(operator, outsider):
 
     changed = operator.client.patch("/api/v1/policy", {"hot_days": 7, "llm_api_key": "sk-1"}, format="json")
     assert changed.status_code == 200, changed.content
-    assert changed.json()["hot_days"] == 7 and policy_for(operator.tenant).hot_days == 7
+    assert changed.json()["hot_days"] == 7 and policy_row(operator.tenant).hot_days == 7
     record = PolicyChange.objects.across_tenants("test").get(tenant=operator.tenant)
     assert record.actor == f"api:{operator.key.prefix}"
     assert record.changes == {"hot_days": [14, 7], "llm_api_key": ["(empty)", "(set)"]}
-    assert policy_for(outsider.tenant).hot_days == 14  # another tenant's policy is untouched
+    assert policy_row(outsider.tenant).hot_days == 14  # another tenant's policy is untouched
 
 
 @pytest.mark.parametrize(
@@ -50,11 +50,11 @@ def test_read_and_change_the_policy_recorded_with_the_key(operator, outsider):
     ],
 )
 def test_a_bad_change_is_refused_and_changes_nothing(operator, body, status):
-    before = policy_for(operator.tenant).updated_at
+    before = policy_row(operator.tenant).updated_at
     response = operator.client.patch("/api/v1/policy", body, format="json")
     assert response.status_code == status, (body, response.content)
     assert (
-        policy_for(operator.tenant).updated_at == before
+        policy_row(operator.tenant).updated_at == before
         and not PolicyChange.objects.across_tenants("test").exists()
     )
 
@@ -69,7 +69,7 @@ def test_the_preview_answers_moves_and_writes_nothing(operator):
     before = (
         TickRun.objects.across_tenants("test").count(),
         JournalEntry.objects.across_tenants("test").count(),
-        policy_for(operator.tenant).hot_days,
+        policy_row(operator.tenant).hot_days,
     )
     saved = operator.post("/api/v1/policy/preview", {}).json()
     sooner = operator.post("/api/v1/policy/preview", {"hot_days": 2, "cold_days": 20}).json()
@@ -79,6 +79,6 @@ def test_the_preview_answers_moves_and_writes_nothing(operator):
     assert (
         TickRun.objects.across_tenants("test").count(),
         JournalEntry.objects.across_tenants("test").count(),
-        policy_for(operator.tenant).hot_days,
+        policy_row(operator.tenant).hot_days,
     ) == before
     assert operator.post("/api/v1/policy/preview", {"hot_days": 400}).status_code == 409

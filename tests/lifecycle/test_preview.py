@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from episodes.models import Episode, Layer
-from lifecycle.models import Candidate, JournalEntry, TickRun, policy_for
+from lifecycle.models import Candidate, JournalEntry, TickRun, policy_row
 from lifecycle.tick import TickBusy, _try_lock, _unlock, tick_preview, tick_run
 
 from .factories import NOW, assert_consistent, conversation, layers, memory, strict_thresholds
@@ -70,12 +70,12 @@ def test_the_preview_writes_nothing_and_the_tick_then_does_what_it_said(aged):
 
 def test_a_preview_of_an_unsaved_policy_shows_its_own_moves(aged):
     saved = tick_preview(tenant=aged, now=NOW)["counts"]
-    policy = policy_for(aged)
+    policy = policy_row(aged)
     policy.hot_days, policy.cold_days = 2, 10  # shorter: more leave hot, more go cold
     policy.full_clean()
-    sooner = tick_preview(tenant=aged, now=NOW, policy=policy)["counts"]
+    sooner = tick_preview(tenant=aged, now=NOW, policy=policy.values())["counts"]
     assert sooner["hot_to_warm"] > saved["hot_to_warm"], (saved, sooner)
-    assert policy_for(aged).hot_days != 2  # the policy itself was not saved
+    assert policy_row(aged).hot_days != 2  # the policy itself was not saved
     assert set(layers(aged).values()) == {Layer.HOT}
 
 

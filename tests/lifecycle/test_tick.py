@@ -15,7 +15,7 @@ from episodes.curation import episode_forget
 from episodes.models import Episode, Layer, Link, State, Turn
 from episodes.stores.hot import hot_store
 from lifecycle.compression import WarmShape, warm_points_for_age
-from lifecycle.models import Candidate, JournalEntry, TickRun, policy_for
+from lifecycle.models import Candidate, JournalEntry, TickRun, policy_row
 from lifecycle.tasks import schedule_ticks, tick_tenant
 from lifecycle.tick import tick_run
 from retrieval.services import record_access
@@ -64,7 +64,7 @@ def test_tick_at_a_controlled_now_moves_exactly_what_the_policy_says(provided, a
         shape = WarmShape(episode.summary, episode.key_points, episode.entities, episode.decisions)
         if episode.layer == Layer.WARM:
             assert episode.search_text == shape.text()  # Postgres full text searches the packed shape
-            policy = policy_for(tenant)
+            policy = policy_row(tenant)
             assert len(episode.key_points) <= warm_points_for_age(days, policy)
         else:
             assert episode.headline and episode.keywords
@@ -212,7 +212,7 @@ def test_the_session_cap_and_the_hot_quota_demote_the_least_active_first(provide
 def test_warm_compression_deepens_with_age(provided):
     tenant = provided.tenant
     set_policy(tenant, warm_target_ratio=0.9)  # room for many key points
-    policy = policy_for(tenant)
+    policy = policy_row(tenant)
     pk = conversation(tenant, session="g", idle_days=15, seed=3, texts=LONG)
     tick_run(tenant=tenant, now=NOW)
     first = Episode.objects.across_tenants("test").get(pk=pk)
@@ -315,7 +315,7 @@ def test_a_dormant_hot_episode_is_tagged_in_redis(provided):
 
 def test_forgotten_episodes_are_purged_only_after_the_grace_period(provided):
     tenant = provided.tenant
-    grace = policy_for(tenant).purge_grace_days
+    grace = policy_row(tenant).purge_grace_days
     due = memory(tenant, text="forget me long ago", idle_days=60, seed=9)
     recent = memory(tenant, text="forget me lately", idle_days=60, seed=10)
     episode_forget(tenant=tenant, episode_id=due, now=NOW - timedelta(days=grace + 1))

@@ -8,7 +8,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from episodes.models import Turn
-from lifecycle.models import policy_for
+from lifecycle.models import policy_row
 from memory_platform.embeddings import embedder_for, get_embedder
 from memory_platform.embeddings.e5 import E5Embedder
 from retrieval.query import SearchQuery
@@ -65,7 +65,7 @@ def test_batches_of_any_size_embed_each_text_as_alone(e5):
 def test_a_russian_question_finds_its_answer_with_no_shared_word_through_the_vectors(e5):
     russian = Caller("ru-co", embedder="e5")
     outsider = Caller("ru-outsider", embedder="e5")
-    policy = policy_for(russian.tenant)
+    policy = policy_row(russian.tenant)
     policy.language = "ru"
     policy.save()
     assert embedder_for(russian.tenant) is e5

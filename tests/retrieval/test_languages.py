@@ -14,7 +14,7 @@ from episodes.language import (
     with_characters,
 )
 from episodes.models import Episode, Turn
-from lifecycle.models import policy_for
+from lifecycle.models import policy_row
 from lifecycle.services import episode_pack
 from retrieval.query import SearchQuery
 from retrieval.services import search
@@ -180,7 +180,7 @@ def test_a_turns_language_is_the_callers_or_the_tenants_and_shows(caller):
         "en",
         "en",
     ]
-    policy = policy_for(caller.tenant)
+    policy = policy_row(caller.tenant)
     policy.language = "zh"
     policy.save()
     memory = caller.post("/api/v1/memories", {"text": "12:30 meeting"}).json()
@@ -235,7 +235,7 @@ def test_the_local_models_vectors_count_half_for_a_russian_query(caller):
     the full-text list (docs/decisions/0035); English queries fuse the two lists as set."""
     turns(caller, "ru", [RUSSIAN, "Понятно, договорились"])
     turns(caller, "en", ["We moved the release to the 15th because of a bug in the payment module", "ok"])
-    policy = policy_for(caller.tenant)
+    policy = policy_row(caller.tenant)
     fused = set()
     for query, reading in (("платёжный модуль релиз", 0.5), ("payment module release", 1.0)):
         hits = search(

@@ -118,7 +118,7 @@ def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same
     from datetime import UTC, datetime, timedelta
 
     from episodes.stores.rows import rank_rows
-    from lifecycle.models import policy_for
+    from lifecycle.models import policy_row
     from retrieval.ranking import platform_weights, rank_candidates, rerank
 
     for i in range(8):
@@ -133,7 +133,7 @@ def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same
         )
     Episode.objects.across_tenants("test").filter(pk=ids[1]).update(state="forgotten")
     weights = platform_weights()
-    policy = policy_for(caller.tenant)
+    policy = policy_row(caller.tenant)
     relevance = {e: 1.0 - 0.04 * n for n, e in enumerate(ids)}
     relevance[ids[7]] = 0.1  # far below any reach
     full = {row.pk: row for row in rank_rows(caller.tenant, ids)}
@@ -316,13 +316,15 @@ def test_the_all_words_pass_ranks_at_most_its_cap_of_matches(caller, monkeypatch
 
 
 def test_search_reads_its_settings_from_the_tenants_policy(caller):
-    from lifecycle.models import MemoryPolicy
+    from lifecycle.models import MemoryPolicy, read_policy
     from memory_platform.tenancy.models import Tenant
     from retrieval.ranking import tenant_weights
-    from retrieval.services import _settings, activation_limit
 
     def default_weights(tenant):
-        return tenant_weights(_settings(tenant))
+        return tenant_weights(read_policy(tenant))
+
+    def activation_limit(tenant):
+        return read_policy(tenant).activation_limit
 
     MemoryPolicy.objects.across_tenants("test").filter(tenant=caller.tenant).delete()
     weights = default_weights(Tenant.objects.get(pk=caller.tenant.pk))  # created with the defaults
@@ -335,7 +337,7 @@ def test_search_reads_its_settings_from_the_tenants_policy(caller):
     tenant = Tenant.objects.get(pk=caller.tenant.pk)
     weights = default_weights(tenant)
     assert (weights.vector, weights.text, weights.k, activation_limit(tenant)) == (0.4, 0.6, 20, 7)
-    assert _settings(tenant).search_packed_turns is False
+    assert read_policy(tenant).search_packed_turns is False
 
 
 def test_a_server_embedded_search_equals_one_with_the_same_vector_from_the_caller(caller):

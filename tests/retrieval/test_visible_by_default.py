@@ -41,7 +41,7 @@ def test_a_tick_years_after_the_turns_leaves_them_findable_by_default_search(cal
 
 
 def test_a_dormant_memory_ranks_below_an_active_one_as_relevant(caller):
-    from lifecycle.models import policy_for
+    from lifecycle.models import policy_row
     from retrieval.ranking import STATE_WEIGHTS, platform_weights, rerank
 
     now = datetime(2026, 6, 1, tzinfo=UTC)
@@ -51,11 +51,11 @@ def test_a_dormant_memory_ranks_below_an_active_one_as_relevant(caller):
         pk: RankRow(pk, "cold", state, False, 0, then, then, then, then)
         for pk, state in enumerate(states, start=1)
     }
-    order = rerank(ranked, {pk: 0.5 for pk in ranked}, platform_weights(), policy_for(caller.tenant), now)
+    order = rerank(ranked, {pk: 0.5 for pk in ranked}, platform_weights(), policy_row(caller.tenant), now)
     assert [pk for pk, _, _ in order] == [3, 2, 1]  # as relevant, as used: active, dormant, candidate
     active, dormant, candidate = (score for _, score, _ in order)
     assert dormant / active == pytest.approx(STATE_WEIGHTS[State.DORMANT])
     assert candidate / active == pytest.approx(STATE_WEIGHTS[State.DELETE_CANDIDATE])
     # A little more relevance outweighs the state: it moves a hit by a rank or so, no more.
-    order = rerank(ranked, {1: 0.55, 2: 0.5, 3: 0.5}, platform_weights(), policy_for(caller.tenant), now)
+    order = rerank(ranked, {1: 0.55, 2: 0.5, 3: 0.5}, platform_weights(), policy_row(caller.tenant), now)
     assert order[0][0] == 1
