@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from django.db.models import Count, Q, QuerySet
 
@@ -98,7 +98,7 @@ def degrees(tenant: Tenant, episode_ids: Sequence[int]) -> dict[int, tuple[int, 
     return result
 
 
-def links_of(tenant: Tenant, episode_id: int) -> dict[str, list[dict[str, Any]]]:
+def links_of(tenant: Tenant, episode_id: int) -> shapes.MemoryLinks:
     links = Link.objects.for_tenant(tenant)
     out_links = links.filter(src_id=episode_id).values_list("dst__public_id", "kind")
     in_links = links.filter(dst_id=episode_id).values_list("src__public_id", "kind")
@@ -122,7 +122,7 @@ def superseded_by(tenant: Tenant, episode_ids: Iterable[int]) -> dict[int, str]:
     return dict(links)  # the newest last: it wins
 
 
-def episode_detail(*, tenant: Tenant, episode: Episode, deep: bool = False) -> dict[str, Any]:
+def episode_detail(*, tenant: Tenant, episode: Episode, deep: bool = False) -> shapes.Memory:
     """One episode as ``GET /memories/{id}`` shows it (``shapes.resource``)."""
     turns = []
     if shapes.shows_turns(episode, deep=deep):
@@ -136,7 +136,7 @@ def episode_detail(*, tenant: Tenant, episode: Episode, deep: bool = False) -> d
     )
 
 
-def episode_page(*, tenant: Tenant, episodes: list[Episode]) -> list[dict[str, Any]]:
+def episode_page(*, tenant: Tenant, episodes: list[Episode]) -> list[shapes.MemoryItem]:
     """A page of list items (``shapes.list_item``), degrees read in one statement."""
     degree = degrees(tenant, [e.pk for e in episodes])
     return [shapes.list_item(e, degree[e.pk]) for e in episodes]

@@ -7,15 +7,166 @@ as a line of a prompt (docs/concepts.md#layers: the older the layer, the less it
 
 Entities and decisions show in every layer (compression keeps them word for word). ``deep`` shows every turn whatever the
 layer (the episode has been unpacked). Everything here is pure: the caller reads the rows.
+
+Each shape is a ``TypedDict`` declared here, once: the API's output serializers and so the OpenAPI
+schema are made from these declarations (``memory_platform.api.answers``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, NotRequired, TypedDict, TypeVar
+
+from typing_extensions import Doc
 
 from .models import Episode, Layer, State
+
+ISO = Doc("ISO 8601")
+
+
+class MemoryTurn(TypedDict):
+    """A turn as a memory shows it."""
+
+    id: str
+    seq: Annotated[int, Doc("its position in its session")]
+    role: str
+    text: str
+    language: str
+    occurred_at: Annotated[str | None, Doc("when it was said (ISO 8601)")]
+    metadata: dict[str, Any]
+
+
+class MemoryScope(TypedDict):
+    """Whose memory it is ("" where the writer named nobody)."""
+
+    user_id: str
+    agent_id: str
+    session_id: str
+
+
+class MemoryCounters(TypedDict):
+    """How the memory was used: its accesses and traversals, and its links (derived, never stored)."""
+
+    access_count: int
+    traverse_count: int
+    in_degree: int
+    out_degree: int
+    last_accessed_at: Annotated[str | None, ISO]
+    last_linked_at: Annotated[str | None, ISO]
+
+
+class MemoryItem(TypedDict):
+    """A memory in a list (``GET /memories``): what every layer's shape shares, without content."""
+
+    id: str
+    kind: str
+    title: str
+    layer: Annotated[str, Layer]
+    state: Annotated[str, State]
+    anchor: Annotated[bool, Doc("pinned: never decays, never goes cold")]
+    tags: list[str]
+    metadata: dict[str, Any]
+    scope: MemoryScope
+    first_occurred_at: Annotated[str | None, ISO]
+    last_occurred_at: Annotated[str | None, ISO]
+    turn_count: int
+    counters: MemoryCounters
+    restored_at: Annotated[str | None, ISO]
+    forgotten_at: Annotated[str | None, ISO]
+
+
+class LinkEnd(TypedDict):
+    episode_id: str
+    kind: str
+
+
+#: A memory's links, by direction (``in`` is a keyword, hence the functional form).
+MemoryLinks = TypedDict("MemoryLinks", {"out": list[LinkEnd], "in": list[LinkEnd]})
+
+
+class _MemoryBody(MemoryItem):
+    entities: list[str]
+    decisions: list[str]
+
+
+class HotMemory(_MemoryBody):
+    """A hot memory (``GET /memories/{id}``): its turns, whole."""
+
+    turns: list[MemoryTurn]
+    links: MemoryLinks
+
+
+class WarmMemory(_MemoryBody):
+    """A warm memory: its summary and key points (``partial``); its turns too when read deep."""
+
+    turns: NotRequired[Annotated[list[MemoryTurn], Doc("read deep only")]]
+    summary: str
+    key_points: list[str]
+    partial: Annotated[bool, Doc("not every turn shows (false when read deep)")]
+    links: MemoryLinks
+
+
+class ColdMemory(_MemoryBody):
+    """A cold memory: its headline and tags (``index_only``); its turns too when read deep."""
+
+    turns: NotRequired[Annotated[list[MemoryTurn], Doc("read deep only")]]
+    headline: str
+    index_only: Annotated[bool, Doc("only what the index keeps shows (false when read deep)")]
+    links: MemoryLinks
+
+
+#: One memory in its layer's shape. (A cold memory's ``tags`` are its own tags and the keywords
+#: packing found: ``cold_tags``.)
+Memory = HotMemory | WarmMemory | ColdMemory
+
+
+class Hit(TypedDict):
+    """A search or activation hit in the full view (``view=full``): the memory's layer part (as in
+    its memory's shape) with the turns the answer chose, and the paths to read or unpack it whole."""
+
+    episode_id: str
+    layer: Annotated[str, Layer]
+    kind: str
+    title: str
+    score: float
+    anchor: bool
+    state: Annotated[str, State]
+    scope: MemoryScope
+    first_occurred_at: Annotated[str | None, ISO]
+    last_occurred_at: Annotated[str | None, ISO]
+    entities: list[str]
+    decisions: list[str]
+    turn_count: int
+    unpack: Annotated[str, Doc("POST here to restore it whole, back to hot")]
+    turns: NotRequired[Annotated[list[MemoryTurn], Doc("the turns shown (every turn with depth=deep)")]]
+    summary: NotRequired[Annotated[str, Doc("warm")]]
+    key_points: NotRequired[Annotated[list[str], Doc("warm")]]
+    partial: NotRequired[Annotated[bool, Doc("warm")]]
+    headline: NotRequired[Annotated[str, Doc("cold")]]
+    tags: NotRequired[Annotated[list[str], Doc("cold: its own tags and the keywords packing found")]]
+    index_only: NotRequired[Annotated[bool, Doc("cold")]]
+    turn_ids: NotRequired[Annotated[list[str], Doc("depth=deep: every turn's id")]]
+    snippet: NotRequired[Annotated[bool, Doc("some of its turns are left out (not with depth=deep)")]]
+    expand: NotRequired[Annotated[str, Doc("hot: GET here to read it whole")]]
+    matched_turn_ids: NotRequired[Annotated[list[str], Doc("the shown turns search matched, best first")]]
+    similarity: NotRequired[Annotated[float, Doc("its best turn's cosine to the query (with min_score)")]]
+    explain: NotRequired[Annotated[dict[str, Any], Doc("how it was ranked (with explain)")]]
+
+
+class CompactHit(TypedDict):
+    """A search hit as an agent reads it (``view=compact``, the default): its ``text`` is what the
+    answer chose to show of it (``hit_text``)."""
+
+    episode_id: str
+    layer: Annotated[str, Layer]
+    score: float
+    date: Annotated[str, Doc("the day it began (YYYY-MM-DD)")]
+    turn_count: int
+    text: str
+    state: NotRequired[Annotated[str, State, Doc("only when it is not active")]]
+    similarity: NotRequired[Annotated[float, Doc("its best turn's cosine to the query (with min_score)")]]
+    explain: NotRequired[Annotated[dict[str, Any], Doc("how it was ranked (with explain)")]]
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -26,7 +177,7 @@ def cold_tags(episode: Episode) -> list[str]:
     return list(dict.fromkeys(list(episode.tags) + list(episode.keywords)))
 
 
-def turn_body(turn: Any) -> dict[str, Any]:
+def turn_body(turn: Any) -> MemoryTurn:
     return {
         "id": turn.public_id,
         "seq": turn.seq,
@@ -43,23 +194,35 @@ def shows_turns(episode: Episode, *, deep: bool) -> bool:
     return episode.layer == Layer.HOT or deep
 
 
-def layer_body(episode: Episode, turns: Sequence[Any], *, deep: bool) -> dict[str, Any]:
+class _LayerPart(TypedDict, total=False):
+    """The keys of a shape that depend on its layer."""
+
+    turns: list[MemoryTurn]
+    summary: str
+    key_points: list[str]
+    partial: bool
+    headline: str
+    tags: list[str]
+    index_only: bool
+
+
+def layer_body(episode: Episode, turns: Sequence[Any], *, deep: bool) -> _LayerPart:
     """The part of an episode that depends on its layer (the one rule of this module)."""
-    body: dict[str, Any] = {}
+    body: _LayerPart = {}
     if shows_turns(episode, deep=deep):
         body["turns"] = [turn_body(t) for t in turns]
     if episode.layer == Layer.WARM:
-        body.update(summary=episode.summary, key_points=episode.key_points, partial=not deep)
+        body.update({"summary": episode.summary, "key_points": episode.key_points, "partial": not deep})
     elif episode.layer == Layer.COLD:
-        body.update(headline=episode.headline, tags=cold_tags(episode), index_only=not deep)
+        body.update({"headline": episode.headline, "tags": cold_tags(episode), "index_only": not deep})
     return body
 
 
-def scope_body(episode: Episode) -> dict[str, str]:
+def scope_body(episode: Episode) -> MemoryScope:
     return {"user_id": episode.user_id, "agent_id": episode.agent_id, "session_id": episode.session_id}
 
 
-def list_item(episode: Episode, degree: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+def list_item(episode: Episode, degree: tuple[int, int] = (0, 0)) -> MemoryItem:
     """An episode in a list: what every shape shares, without its content."""
     return {
         "id": episode.public_id,
@@ -87,22 +250,52 @@ def list_item(episode: Episode, degree: tuple[int, int] = (0, 0)) -> dict[str, A
     }
 
 
+class _Turns(TypedDict, total=False):
+    turns: list[MemoryTurn]
+
+
 def resource(
     episode: Episode,
     *,
     turns: Sequence[Any],
     degree: tuple[int, int],
-    links: dict[str, list[dict[str, Any]]] | None,
+    links: MemoryLinks,
     deep: bool = False,
-) -> dict[str, Any]:
+) -> Memory:
     """``GET /memories/{id}``: the list item, entities and decisions, the layer's part, links."""
-    body = list_item(episode, degree)
-    body["entities"] = episode.entities
-    body["decisions"] = episode.decisions
-    body.update(layer_body(episode, turns, deep=deep))
-    if links is not None:
-        body["links"] = links
-    return body
+    item = list_item(episode, degree)
+    entities, decisions = episode.entities, episode.decisions
+    shown: _Turns = {"turns": [turn_body(t) for t in turns]} if shows_turns(episode, deep=deep) else {}
+    if episode.layer == Layer.WARM:
+        return {
+            **item,
+            "entities": entities,
+            "decisions": decisions,
+            **shown,
+            "summary": episode.summary,
+            "key_points": episode.key_points,
+            "partial": not deep,
+            "links": links,
+        }
+    if episode.layer == Layer.COLD:
+        return {
+            **item,
+            "tags": cold_tags(episode),  # in the list item's place
+            "entities": entities,
+            "decisions": decisions,
+            **shown,
+            "headline": episode.headline,
+            "index_only": not deep,
+            "links": links,
+        }
+    hot: HotMemory = {
+        **item,
+        "entities": entities,
+        "decisions": decisions,
+        "turns": [turn_body(t) for t in turns],
+        "links": links,
+    }
+    return hot
 
 
 def hit(
@@ -114,7 +307,7 @@ def hit(
     matched: Sequence[tuple[int, float]] = (),
     explain: dict[str, Any] | None = None,
     similarity: float | None = None,
-) -> dict[str, Any]:
+) -> Hit:
     """A search or activation result: the layer's part and its unpack handle. ``turns`` holds the
     episode's turns (their ids at least), ``shown`` the ones the answer chose to show, with their
     text (``retrieval.evidence``), ``matched`` the turns search matched (internal ids, best first).
@@ -123,7 +316,7 @@ def hit(
     it whole; a warm or cold one its packed shape and its chosen turns. With ``shown`` None
     (``depth=deep``) every turn shows, with every turn's id (so a caller can tell what unpacking
     would bring back)."""
-    body: dict[str, Any] = {
+    body: Hit = {
         "episode_id": episode.public_id,
         "layer": episode.layer,
         "kind": episode.kind,
@@ -157,9 +350,12 @@ def hit(
     return _with_scores(body, similarity, explain, turns)
 
 
+_Scored = TypeVar("_Scored", Hit, CompactHit)
+
+
 def _with_scores(
-    body: dict[str, Any], similarity: float | None, explain: dict[str, Any] | None, turns: Sequence[Any]
-) -> dict[str, Any]:
+    body: _Scored, similarity: float | None, explain: dict[str, Any] | None, turns: Sequence[Any]
+) -> _Scored:
     """A hit's ``similarity`` (with ``min_score``) and ``explain`` parts, when asked for. Search
     explains a hit by its best turn's internal id; the answer names that turn by its public id
     (``turns`` holds every turn of the episode: docs/decisions/0014-public-ids.md)."""
@@ -220,13 +416,13 @@ def compact_hit(
     framed: bool = True,
     explain: dict[str, Any] | None = None,
     similarity: float | None = None,
-) -> dict[str, Any]:
+) -> CompactHit:
     """A search hit as an agent reads it (``view=compact``, the default): which memory, in which
     layer, how good, when, how long, and its text (``hit_text``); its state only when it is not
     active. Everything else (title, scope, entities, each turn's id and metadata, the packed
     shape's parts, the paths) is in ``view=full``, and the whole memory at
     ``GET /api/v1/memories/{episode_id}``: a compact hit spends its tokens on what was said."""
-    body: dict[str, Any] = {
+    body: CompactHit = {
         "episode_id": episode.public_id,
         "layer": episode.layer,
         "score": float(f"{score:.4g}"),

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, TypedDict, overload
 
 import numpy as np
 
@@ -302,6 +302,15 @@ def record_access(
 
 
 # --- shaping ---------------------------------------------------------------------------------------
+@dataclass
+class ShapedSearch:
+    """A search's hits in the shape the query asked for (``hit_bodies``), with the search they
+    came from: the API's view makes the answer of them (``retrieval.api.answers``)."""
+
+    result: SearchResult
+    hits: list[shapes.CompactHit] | list[shapes.Hit]
+
+
 def search_shaped(
     *,
     tenant: Tenant,
@@ -311,7 +320,7 @@ def search_shaped(
     found: Callable[[list[int], list[int]], object] | None = None,
     budget: Budget | None = None,
     policy: Policy | None = None,
-) -> dict[str, Any]:
+) -> ShapedSearch:
     """``POST /search``: each hit in its layer's shape (``episodes.shapes.hit``) with the turns
     chosen across the hits within ``budget`` (``retrieval.evidence``; by default the platform's)
     unless ``depth=deep``, which shows every hit whole and, when
@@ -327,18 +336,42 @@ def search_shaped(
         for hit in result.hits:
             if hit.episode.layer != Layer.HOT:
                 unpack(tenant=tenant, episode_id=hit.episode.pk, now=now, record=False)
-    return {
-        "results": hit_bodies(
-            tenant, result.hits, deep=deep, budget=budget, view=query.view, vector=result.query_vector
-        ),
-        "degraded": result.degraded,
-        "degraded_reason": result.reason or None,
-        "stale": result.stale,
-        "took_ms": round(result.took_ms, 2),
-        **({"explain": {"query_narrowed": result.narrowed or None}} if query.explain else {}),
-    }
+    hits = hit_bodies(
+        tenant, result.hits, deep=deep, budget=budget, view=query.view, vector=result.query_vector
+    )
+    return ShapedSearch(result=result, hits=hits)
 
 
+@overload
+def hit_bodies(
+    tenant: Tenant,
+    hits: list[Hit],
+    *,
+    deep: bool,
+    budget: Budget | None = None,
+    view: Literal["full"] = "full",
+    vector: np.ndarray | None = None,
+) -> list[shapes.Hit]: ...
+@overload
+def hit_bodies(
+    tenant: Tenant,
+    hits: list[Hit],
+    *,
+    deep: bool,
+    budget: Budget | None = None,
+    view: Literal["compact"],
+    vector: np.ndarray | None = None,
+) -> list[shapes.CompactHit]: ...
+@overload
+def hit_bodies(
+    tenant: Tenant,
+    hits: list[Hit],
+    *,
+    deep: bool,
+    budget: Budget | None = None,
+    view: str,
+    vector: np.ndarray | None = None,
+) -> list[shapes.CompactHit] | list[shapes.Hit]: ...
 def hit_bodies(
     tenant: Tenant,
     hits: list[Hit],
@@ -347,7 +380,7 @@ def hit_bodies(
     budget: Budget | None = None,
     view: str = "full",
     vector: np.ndarray | None = None,
-) -> list[dict[str, Any]]:
+) -> list[shapes.CompactHit] | list[shapes.Hit]:
     """The hits as ``POST /search`` shows them, their turns read at once: whole with ``deep``, else
     the turns chosen across the hits within ``budget`` (by default the platform's:
     ``retrieval.evidence``) by their similarity to the query's ``vector`` when there is one; each
@@ -410,6 +443,15 @@ def turn_similarity(tenant: Tenant, hits: list[Hit], vector: np.ndarray | None) 
 
 
 # --- activation ------------------------------------------------------------------------------------
+@dataclass
+class Activation:
+    """The top memories of a kind (``activate``): ``search`` is the search that ranked them when a
+    query was given (None when the tenant's priority did)."""
+
+    hits: list[shapes.Hit]
+    search: SearchResult | None = None
+
+
 def activate(
     *,
     tenant: Tenant,
@@ -418,19 +460,18 @@ def activate(
     limit: int | None,
     now: datetime,
     scope: Scope | None = None,
-) -> dict[str, Any]:
+) -> Activation:
     """Top active memories of one event type: by relevance when a query is given, else by the
     tenant's priority (docs/concepts.md#priority: recency, frequency, anchor). ``limit``: the
-    policy's ``activation_limit`` when None."""
+    policy's ``activation_limit`` when None. Each hit in the full view (``shapes.hit``)."""
     policy = read_policy(tenant)
     limit = limit or policy.activation_limit
     scope = (scope or Scope()).replace(kinds=(kind,), states=(State.ACTIVE,))
     if query_text.strip():
-        return search_shaped(
-            tenant=tenant,
-            query=SearchQuery(text=query_text, scope=scope, limit=limit, view="full"),
-            now=now,
-            policy=policy,
+        query = SearchQuery(text=query_text, scope=scope, limit=limit, view="full")
+        result = search(tenant=tenant, query=query, now=now, policy=policy)
+        return Activation(
+            hits=hit_bodies(tenant, result.hits, deep=False, vector=result.query_vector), search=result
         )
     candidates = list(
         Episode.objects.for_tenant(tenant).filter(scope.q()).order_by("-anchor", "-last_accessed_at")[:200]
@@ -439,11 +480,18 @@ def activate(
     scored.sort(key=lambda x: -x[0])
     hits = [Hit(episode=e, relevance=0.0, score=p) for p, e in scored[:limit]]
     record_access(tenant=tenant, episode_ids=[h.episode.pk for h in hits], now=now)
-    return {"results": hit_bodies(tenant, hits, deep=False), "degraded": False}
+    return Activation(hits=hit_bodies(tenant, hits, deep=False))
 
 
 # --- feedback -------------------------------------------------------------------------------------
-def feedback(*, tenant: Tenant, used: list[int], unused: list[int], now: datetime) -> dict[str, int]:
+class FeedbackCounts(TypedDict):
+    """``POST /feedback``: how many memories were named used and unused."""
+
+    used: int
+    unused: int
+
+
+def feedback(*, tenant: Tenant, used: list[int], unused: list[int], now: datetime) -> FeedbackCounts:
     """Which returned memories the agent used. Used ones count as an access; unused ones are a
     `Hard` review for FSRS (applied by the lifecycle)."""
     known = set(

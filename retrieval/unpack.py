@@ -4,17 +4,27 @@ read path answers it. The move is ``lifecycle.transitions.promote``; unpacking a
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, cast
+
+from typing_extensions import Doc
 
 from episodes import selectors
+from episodes.models import Layer
+from episodes.shapes import HotMemory
 from episodes.stores import rows
 from lifecycle.services import episode_unpack
 from memory_platform.tenancy.models import Tenant
 
 
+class UnpackedMemory(HotMemory):
+    """An unpacked memory: hot, whole, and the layer it left."""
+
+    unpacked_from: Annotated[str, Layer, Doc("the layer it left (hot when it was hot already)")]
+
+
 def unpack(
     *, tenant: Tenant, episode_id: int, now: datetime, actor: str = "api", record: bool = True
-) -> dict[str, Any]:
+) -> UnpackedMemory:
     """Unpack and return the episode whole (``unpacked_from``: the layer it left). ``record``
     counts the unpack as an access (a search that unpacks its hits counts them itself).
     Raises EpisodeNotFound."""
@@ -22,6 +32,5 @@ def unpack(
     if record:
         rows.uses_add({(tenant.pk, episode.pk): rows.Use(accesses=1, traversals=0, at=now)})
         episode.refresh_from_db()
-    body = selectors.episode_detail(tenant=tenant, episode=episode, deep=True)
-    body["unpacked_from"] = previous
-    return body
+    body = cast(HotMemory, selectors.episode_detail(tenant=tenant, episode=episode, deep=True))  # hot now
+    return {**body, "unpacked_from": previous}

@@ -62,12 +62,15 @@ class PlatformAutoSchema(AutoSchema):
             schema.setdefault("minItems", 1)
 
     def _map_serializer(self, serializer: Any, direction: Any, bypass_extensions: bool = False) -> Any:
+        from .answers import AnswerSerializer
         from .serializers import StrictSerializer
 
         result = super()._map_serializer(serializer, direction, bypass_extensions)
         if isinstance(serializer, StrictSerializer) and not getattr(serializer, "from_query", False):
             result["additionalProperties"] = False
             result.update(getattr(serializer, "schema_rules", {}))
+        if isinstance(serializer, AnswerSerializer):
+            result["additionalProperties"] = False  # an answer holds what its TypedDict declares
         return result
 
 

@@ -14,7 +14,9 @@ from episodes import public_ids, selectors
 from episodes.api.lookups import episode_or_404, episodes_or_404, not_found
 from episodes.api.serializers import filter_scope
 from episodes.services import EpisodeNotFound
+from episodes.shapes import Memory
 from lifecycle import services as lifecycle_services
+from memory_platform.api.answers import answer_serializer, one_of
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict
 from memory_platform.tenancy.models import Tenant
@@ -23,8 +25,12 @@ from .. import services, usage
 from ..context import context
 from ..evidence import Budget
 from ..query import ACTIVE_ONLY, DEFAULT_SCOPE, SearchQuery
-from ..unpack import unpack
+from ..unpack import UnpackedMemory, unpack
+from . import answers
 from . import serializers as s
+
+#: ``GET /memories/{id}``: the memory in its layer's shape (unpacked, with a write key and ``deep``).
+MEMORY_READ = one_of("MemoryRead", *Memory.__args__, UnpackedMemory)
 
 
 def check_min_score(tenant: Tenant, min_score: float | None, vector: Any) -> None:
@@ -36,7 +42,7 @@ def check_min_score(tenant: Tenant, min_score: float | None, vector: Any) -> Non
 class MemoryDetailView(TenantAPIView):
     @extend_schema(
         parameters=[OpenApiParameter("depth", str, enum=["shallow", "deep"])],
-        responses={200: dict},
+        responses={200: MEMORY_READ},
         summary="Read one memory in its layer's shape (deep: whole; a write key also unpacks it to hot)",
     )
     def get(self, request: Request, episode_id: public_ids.Reference) -> Response:
@@ -54,7 +60,10 @@ class MemoryDetailView(TenantAPIView):
         # A read key reads a packed episode whole where it is: moving it would be a write.
         return Response(selectors.episode_detail(tenant=self.tenant, episode=episode, deep=depth == "deep"))
 
-    @extend_schema(responses={200: dict}, summary="Soft forget (restorable for the grace period)")
+    @extend_schema(
+        responses={200: answer_serializer(answers.Forgotten)},
+        summary="Soft forget (restorable for the grace period)",
+    )
     def delete(self, request: Request, episode_id: public_ids.Reference) -> Response:
         try:
             episode = lifecycle_services.forget_journaled(
@@ -65,16 +74,21 @@ class MemoryDetailView(TenantAPIView):
             )
         except EpisodeNotFound:
             raise not_found(episode_id) from None
-        return Response(
-            {"id": episode.public_id, "state": episode.state, "forgotten_at": episode.forgotten_at}
-        )
+        forgotten: answers.Forgotten = {
+            "id": episode.public_id,
+            "state": episode.state,
+            "forgotten_at": episode.forgotten_at,
+        }
+        return Response(forgotten)
 
 
 class SearchView(TenantAPIView):
     required_scope = "read"
 
     @extend_schema(
-        request=s.SearchInSerializer, responses={200: dict}, summary="Hybrid search over all tiers"
+        request=s.SearchInSerializer,
+        responses={200: answer_serializer(answers.SearchAnswer)},
+        summary="Hybrid search over all tiers",
     )
     def post(self, request: Request) -> Response:
         serializer = s.SearchInSerializer(data=request.data, context={"tenant": self.tenant})
@@ -105,7 +119,7 @@ class SearchView(TenantAPIView):
         default = Budget.default()
         now = timezone.now()
         # The accesses are queued and written in the background, many searches per statement.
-        body = services.search_shaped(
+        shaped = services.search_shaped(
             tenant=self.tenant,
             query=query,
             now=now,
@@ -116,7 +130,7 @@ class SearchView(TenantAPIView):
                 neighbours=d.get("snippet_neighbours", default.neighbours),
             ),
         )
-        return Response(body)
+        return Response(answers.search_answer(shaped, explain=query.explain))
 
 
 class ActivateView(TenantAPIView):
@@ -124,23 +138,22 @@ class ActivateView(TenantAPIView):
 
     @extend_schema(
         request=s.ActivateInSerializer,
-        responses={200: dict},
+        responses={200: answer_serializer(answers.ActivationAnswer)},
         summary="Top memories of one kind by score (activation)",
     )
     def post(self, request: Request) -> Response:
         serializer = s.ActivateInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
-        return Response(
-            services.activate(
-                tenant=self.tenant,
-                kind=d["kind"],
-                query_text=d["query"],
-                limit=d.get("limit"),
-                now=timezone.now(),
-                scope=filter_scope(d),
-            )
+        activation = services.activate(
+            tenant=self.tenant,
+            kind=d["kind"],
+            query_text=d["query"],
+            limit=d.get("limit"),
+            now=timezone.now(),
+            scope=filter_scope(d),
         )
+        return Response(answers.activation_answer(activation))
 
 
 class ContextView(TenantAPIView):
@@ -148,7 +161,7 @@ class ContextView(TenantAPIView):
 
     @extend_schema(
         request=s.ContextInSerializer,
-        responses={200: dict},
+        responses={200: answer_serializer(answers.ContextAnswer)},
         summary="Prompt-ready context for a session within a token budget",
     )
     def post(self, request: Request) -> Response:
@@ -175,7 +188,11 @@ class ContextView(TenantAPIView):
 class UnpackView(TenantAPIView):
     required_scope = "write"
 
-    @extend_schema(request=None, responses={200: dict}, summary="Deep unpack: restore whole, back to hot")
+    @extend_schema(
+        request=None,
+        responses={200: answer_serializer(UnpackedMemory)},
+        summary="Deep unpack: restore whole, back to hot",
+    )
     def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
         try:
             return Response(
@@ -195,7 +212,7 @@ class FeedbackView(TenantAPIView):
     @extend_schema(
         request=s.FeedbackInSerializer,
         responses={
-            200: dict,
+            200: answer_serializer(services.FeedbackCounts),
             404: OpenApiResponse(description="a named memory is not in the caller's tenant"),
             409: OpenApiResponse(description="a memory is named both used and unused"),
         },

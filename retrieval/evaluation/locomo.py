@@ -24,6 +24,7 @@ from django.utils import timezone
 from episodes.models import Turn
 from episodes.scope import Scope
 from episodes.services import TurnInput
+from episodes.shapes import CompactHit
 from lifecycle.models import TickRun
 from lifecycle.services import turns_ingest
 from memory_platform.tenancy.models import Tenant
@@ -145,7 +146,7 @@ def evaluate_conversation(
         episode_turns[episode_id].add(turn_id)
         layer_of_turn[turn_id] = layer
     text_of = dict(Turn.objects.filter(tenant=tenant).values_list("pk", "text"))
-    answers: list[tuple[str, list[dict[str, Any]], dict[int, str], set[int]]] = []
+    answers: list[tuple[str, list[CompactHit], dict[int, str], set[int]]] = []
     for question in conversation.questions:
         evidence = {
             dia_to_turn[d] for d in normalise_evidence(question.get("evidence", [])) if d in dia_to_turn
@@ -190,7 +191,7 @@ def evaluate_conversation(
     for category, results, contexts, wanted in answers:
         texts = [text_of[t] for t in wanted]
 
-        def shown(k: int, results: list[dict[str, Any]] = results, texts: list[str] = texts) -> bool:
+        def shown(k: int, results: list[CompactHit] = results, texts: list[str] = texts) -> bool:
             return any(text in hit["text"] for hit in results[:k] for text in texts)
 
         report.reads.append(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +106,7 @@ def _tokenizer() -> Any:
     return tokenizer
 
 
-def count_tokens(results: list[dict[str, Any]] | str) -> int:
+def count_tokens(results: Sequence[Mapping[str, Any]] | str) -> int:
     """Tokens of an answer's results as JSON, or of a text (``TOKENIZER``)."""
     text = results if isinstance(results, str) else json.dumps(results, ensure_ascii=False, default=str)
     return len(_tokenizer().encode(text, add_special_tokens=False).ids)
