@@ -13,7 +13,7 @@ from memory_platform.tenancy.audit import FORGET_USER_LIFTED, audit_record
 
 from .models import ForgottenUser, Link, Turn
 
-# Episodes are administered by ``lifecycle.admin``: every change of an episode goes through the
+# Episodes are administered by ``console.admin``: every change of an episode goes through the
 # lifecycle's services, journaled. Turns are verbatim and links are the API's, so both are read
 # here and changed nowhere in the console.
 

@@ -20,6 +20,7 @@ from memory_platform.tenancy.scoping import TenantScopedManager, TenantScopedQue
 
 from . import public_ids, when
 from .language import Language
+from .layers import Layer, State
 
 EMBEDDING_DIM = int(DEFAULTS["EMBEDDING_DIM"])
 
@@ -61,19 +62,6 @@ MENTIONED_LIMIT = 200
 
 #: The longest ``search_text`` kept (the text of the current layer's shape; hot: its turns).
 SEARCH_TEXT_LIMIT = 200_000
-
-
-class Layer(models.TextChoices):
-    HOT = "hot"
-    WARM = "warm"
-    COLD = "cold"
-
-
-class State(models.TextChoices):
-    ACTIVE = "active"
-    DORMANT = "dormant"
-    DELETE_CANDIDATE = "delete_candidate"
-    FORGOTTEN = "forgotten"
 
 
 class Role(models.TextChoices):
@@ -305,7 +293,7 @@ class Link(models.Model):
 
 
 class ForgottenUser(models.Model):
-    """A person erased from a tenant for good (``lifecycle.erasure.forget_user``): the tombstone that
+    """A person erased from a tenant for good (``rights.erasure.forget_user``): the tombstone that
     keeps a retried or queued write from bringing them back. It keeps a hash of the ``user_id``, not
     the id; an operator who deletes it lets the id write again."""
 

@@ -54,7 +54,7 @@ EDITABLE_FIELDS = frozenset(
 #: The fields soft forgetting changes; a forget's "before" holds them, and a restore's.
 FORGET_FIELDS = ("state", "state_before_forget", "forgotten_at")
 #: The aggregates of an episode's turns, which an import that adds turns to it changes
-#: (``portability.imports``; its entry also names the turns it added, which a rollback deletes).
+#: (``rights.imports``; its entry also names the turns it added, which a rollback deletes).
 TURN_AGGREGATE_FIELDS = ("first_occurred_at", "last_occurred_at", "turn_count", "raw_chars", "hot_bytes")
 #: Fields a journaled change may restore. Usage counters are not among them: a rollback undoes what
 #: the lifecycle or an operator did, never what the agents did.

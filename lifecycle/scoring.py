@@ -17,7 +17,7 @@ from typing import Any
 from fsrs import Card, Rating, Scheduler
 from fsrs import State as CardState
 
-from episodes.models import Layer, State
+from episodes.layers import Layer, State
 
 from .tenant_policy import Policy
 

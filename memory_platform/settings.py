@@ -179,7 +179,7 @@ REDIS_URL = redis_from_url(env.str("REDIS_URL")) if EMBEDDED_REDIS is None else 
 
 # --- apps -------------------------------------------------------------------------------------------
 INSTALLED_APPS = [
-    "lifecycle.admin_config.ConsoleAdminConfig",  # django.contrib.admin with the console's site
+    "console.admin_config.ConsoleAdminConfig",  # django.contrib.admin with the console's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -195,7 +195,9 @@ INSTALLED_APPS = [
     "memory_platform.tenancy",
     "episodes",
     "lifecycle",
+    "rights",
     "retrieval",
+    "console",
 ]
 
 MIDDLEWARE = [

@@ -10,12 +10,13 @@ api_v1 = [
     path("whoami", WhoAmIView.as_view(), name="whoami"),
     path("", include("retrieval.api.urls")),
     path("", include("lifecycle.api.urls")),
+    path("", include("rights.api.urls")),
 ]
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
-    path("", include("lifecycle.api.metrics_urls")),
+    path("", include("console.urls")),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),

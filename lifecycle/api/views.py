@@ -1,6 +1,6 @@
 """Memories and turns (written by the tenant's policy and within its hot quota), pinning,
-restoring a forgotten memory (journaled), `POST /forget` (by filter or by retrievability threshold),
-the tenant's figures and policy (scope `admin`). Views validate, call, serialise."""
+restoring a forgotten memory (journaled), the tenant's figures and policy (scope `admin`). Views
+validate, call, serialise."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -20,15 +20,16 @@ from episodes import services as episode_services
 from episodes.api import serializers as episode_serializers
 from episodes.api.lookups import episode_or_404, not_found
 from episodes.services import MemoryInput, TurnInput
+from memory_platform.api.answers import answer_serializer
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict, Gone, OverQuota, PayloadTooLarge
 from memory_platform.conf import memory_settings
 
-from .. import erasure, services
+from .. import services
 from ..models import MemoryPolicy, policy_row
-from ..stats import tenant_stats
-from . import rights
-from . import serializers as s
+from ..policy_json import PolicySerializer
+from ..stats import TenantStats, tenant_stats
+from . import answers
 
 #: The 409 of a pin past the tenant's pinned cap (``lifecycle.quota``).
 PINNED_CAP = OpenApiResponse(
@@ -45,7 +46,7 @@ def over_pinned_cap(exc: services.PinnedCapExceeded) -> OverQuota:
 class MemoriesView(TenantAPIView):
     @extend_schema(
         request=episode_serializers.MemoryInSerializer,
-        responses={201: dict, 409: PINNED_CAP},
+        responses={201: answers.MEMORY, 409: PINNED_CAP},
         summary="Write an explicit memory",
     )
     def post(self, request: Request) -> Response:
@@ -82,7 +83,10 @@ class MemoriesView(TenantAPIView):
 
     @extend_schema(
         parameters=[episode_serializers.MemoryListQuerySerializer],
-        responses={200: dict, 404: OpenApiResponse(description="the cursor names no memory of the caller's")},
+        responses={
+            200: answer_serializer(answers.MemoryPage),
+            404: OpenApiResponse(description="the cursor names no memory of the caller's"),
+        },
         summary="List memories (cursor pages)",
         operation_id="v1_memories_list",
     )
@@ -106,19 +110,20 @@ class MemoriesView(TenantAPIView):
             raise ValidationError({"cursor": [str(exc)]}) from None
         except LookupError as exc:
             raise NotFound(str(exc)) from None
-        return Response(
-            {
-                "results": episode_selectors.episode_page(tenant=self.tenant, episodes=page),
-                "next_cursor": next_cursor,
-            }
-        )
+        answer: answers.MemoryPage = {
+            "results": episode_selectors.episode_page(tenant=self.tenant, episodes=page),
+            "next_cursor": next_cursor,
+        }
+        return Response(answer)
 
 
 class TurnsView(TenantAPIView):
     required_scope = "write"
 
     @extend_schema(
-        request=episode_serializers.TurnsInSerializer, responses={201: dict}, summary="Append turns (a batch)"
+        request=episode_serializers.TurnsInSerializer,
+        responses={201: answer_serializer(answers.TurnsWritten)},
+        summary="Append turns (a batch)",
     )
     def post(self, request: Request) -> Response:
         turns = request.data.get("turns") if isinstance(request.data, dict) else None
@@ -147,18 +152,16 @@ class TurnsView(TenantAPIView):
             )
         except episode_services.UserForgotten as exc:
             raise Gone(str(exc)) from None
-        return Response(
-            {
-                "turns": [
-                    {"id": t.public_id, "episode_id": t.episode_public_id, "seq": t.seq} for t in result.turns
-                ],
-                "episode_ids": list(dict.fromkeys(t.episode_public_id for t in result.turns)),
-                "searchable": result.indexed,
-                "queued": result.queued,
-                "reason": result.reason or None,
-            },
-            status=status.HTTP_201_CREATED,
-        )
+        written: answers.TurnsWritten = {
+            "turns": [
+                {"id": t.public_id, "episode_id": t.episode_public_id, "seq": t.seq} for t in result.turns
+            ],
+            "episode_ids": list(dict.fromkeys(t.episode_public_id for t in result.turns)),
+            "searchable": result.indexed,
+            "queued": result.queued,
+            "reason": result.reason or None,
+        }
+        return Response(written, status=status.HTTP_201_CREATED)
 
 
 class MemoryAnchorView(TenantAPIView):
@@ -177,15 +180,18 @@ class MemoryAnchorView(TenantAPIView):
             raise not_found(episode_id) from None
         except services.PinnedCapExceeded as exc:
             raise over_pinned_cap(exc) from None
-        return Response({"id": episode.public_id, "anchor": episode.anchor, "layer": episode.layer})
+        pinned: answers.Pinned = {"id": episode.public_id, "anchor": episode.anchor, "layer": episode.layer}
+        return Response(pinned)
 
     @extend_schema(
-        request=None, responses={200: dict, 409: PINNED_CAP}, summary="Pin: never decays, never goes cold"
+        request=None,
+        responses={200: answer_serializer(answers.Pinned), 409: PINNED_CAP},
+        summary="Pin: never decays, never goes cold",
     )
     def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
         return self._set(episode_id, True)
 
-    @extend_schema(request=None, responses={200: dict}, summary="Unpin")
+    @extend_schema(request=None, responses={200: answer_serializer(answers.Pinned)}, summary="Unpin")
     def delete(self, request: Request, episode_id: public_ids.Reference) -> Response:
         return self._set(episode_id, False)
 
@@ -196,7 +202,7 @@ class MemoryRestoreView(TenantAPIView):
     @extend_schema(
         request=None,
         responses={
-            200: dict,
+            200: answers.MEMORY,
             409: OpenApiResponse(
                 description="not forgotten, past the grace period, or "
                 "a pinned memory past the tenant's pinned cap"
@@ -221,54 +227,6 @@ class MemoryRestoreView(TenantAPIView):
         return Response(episode_selectors.episode_detail(tenant=self.tenant, episode=episode))
 
 
-class ForgetView(TenantAPIView):
-    required_scope = "write"
-
-    @extend_schema(
-        request=s.ForgetInSerializer,
-        responses={
-            **rights.ERASURE_RESPONSES,
-            200: OpenApiResponse(
-                description="soft forget: {dry_run, count, ids}; with erase, as DELETE /tenant-data: "
-                "first {confirm, expires_in_seconds, will_erase}, then the receipt"
-            ),
-        },
-        summary="Soft forget by filter or by retrievability below a threshold (restorable; dry_run); "
-        "or erase a user_id for good (erase, scope admin, two calls)",
-    )
-    def post(self, request: Request) -> Response:
-        serializer = s.ForgetInSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        d = serializer.validated_data
-        if d["erase"]:
-            if not self.api_key.has_scope("admin"):
-                raise PermissionDenied("erasing a user for good needs a key with scope admin")
-            return rights.erase_or_confirm(
-                tenant=self.tenant,
-                what=f"user:{d['user_id']}",
-                token=d.get("confirm"),
-                actor=self.actor,
-                holdings=erasure.user_holdings(self.tenant, d["user_id"]),
-            )
-        now = timezone.now()
-        scope = episode_serializers.filter_scope(
-            d,
-            kinds=(d["kind"],) if d.get("kind") else (),
-            tags=tuple(d.get("tags") or ()),
-            all_tags=True,
-            layers=(d["layer"],) if d.get("layer") else (),
-            older_than=d.get("older_than"),
-            anchor=d.get("anchor"),
-        )
-        ids = services.forget_select(
-            tenant=self.tenant, scope=scope, retrievability_below=d.get("retrievability_below"), now=now
-        )
-        if not d["dry_run"]:
-            ids = services.forget_apply(tenant=self.tenant, episode_ids=ids, now=now, actor=self.actor)
-        shown = episode_selectors.public_ids_of(self.tenant, ids)
-        return Response({"dry_run": d["dry_run"], "count": len(ids), "ids": [shown[i] for i in ids]})
-
-
 class StatsView(TenantAPIView):
     """The caller's tenant's figures: the console's numbers (``lifecycle.stats``)."""
 
@@ -276,7 +234,10 @@ class StatsView(TenantAPIView):
 
     @extend_schema(
         responses={
-            200: OpenApiResponse(description="the tenant's figures (see the README's Operating section)")
+            200: OpenApiResponse(
+                answer_serializer(TenantStats),
+                description="the tenant's figures (see the README's Operating section)",
+            )
         },
         summary="The tenant's figures: episodes and turns by layer and state, bytes, compression, "
         "searches and their latency, hits by layer, unpacks, feedback, ingest, ticks, candidates",
@@ -295,7 +256,7 @@ POLICY_CONFLICT = OpenApiResponse(
 
 def _policy_with(policy: MemoryPolicy, data: Any) -> tuple[MemoryPolicy, dict[str, Any]]:
     """``policy`` with the request's fields applied (not saved), validated by the model's rules."""
-    serializer = s.PolicySerializer(policy, data=data, partial=True)
+    serializer = PolicySerializer(policy, data=data, partial=True)
     serializer.is_valid(raise_exception=True)
     for name, value in serializer.validated_data.items():
         setattr(policy, name, value)
@@ -313,19 +274,19 @@ class PolicyView(TenantAPIView):
 
     required_scope = "admin"
 
-    @extend_schema(responses=s.PolicySerializer, summary="The tenant's memory policy")
+    @extend_schema(responses=PolicySerializer, summary="The tenant's memory policy")
     def get(self, request: Request) -> Response:
-        return Response(s.PolicySerializer(policy_row(self.tenant)).data)
+        return Response(PolicySerializer(policy_row(self.tenant)).data)
 
     @extend_schema(
-        request=s.PolicySerializer,
-        responses={200: s.PolicySerializer, 409: POLICY_CONFLICT},
+        request=PolicySerializer,
+        responses={200: PolicySerializer, 409: POLICY_CONFLICT},
         summary="Change fields of the tenant's memory policy (validated as in the console; recorded)",
     )
     def patch(self, request: Request) -> Response:
         policy, _ = _policy_with(policy_row(self.tenant), request.data)
         services.policy_save(policy=policy, now=timezone.now(), actor=self.actor)
-        return Response(s.PolicySerializer(policy).data)
+        return Response(PolicySerializer(policy).data)
 
 
 class PolicyPreviewView(TenantAPIView):
@@ -334,10 +295,11 @@ class PolicyPreviewView(TenantAPIView):
     required_scope = "admin"
 
     @extend_schema(
-        request=s.PolicySerializer,
+        request=PolicySerializer,
         responses={
             200: OpenApiResponse(
-                description="moves per step, errors, and sample episodes per kind of change"
+                answer_serializer(answers.PolicyPreview),
+                description="moves per step, errors, and sample episodes per kind of change",
             ),
             409: OpenApiResponse(
                 description=f"a tick of the tenant is running, or {POLICY_CONFLICT.description}"
@@ -351,7 +313,8 @@ class PolicyPreviewView(TenantAPIView):
             preview = services.tick_preview(tenant=self.tenant, now=timezone.now(), policy=policy.values())
         except services.TickBusy as exc:
             raise Conflict(str(exc)) from None
-        return Response({"fields": sorted(fields), **preview})
+        previewed: answers.PolicyPreview = {"fields": sorted(fields), **preview}
+        return Response(previewed)
 
 
 class MemoryLinksView(TenantAPIView):
@@ -359,7 +322,9 @@ class MemoryLinksView(TenantAPIView):
     delete_takes_body = True  # which link: {"target_id", "kind"}
 
     @extend_schema(
-        request=episode_serializers.LinkInSerializer, responses={201: dict}, summary="Link two memories"
+        request=episode_serializers.LinkInSerializer,
+        responses={201: answer_serializer(answers.LinkMade), 200: answer_serializer(answers.LinkMade)},
+        summary="Link two memories (200: it was there already)",
     )
     def post(self, request: Request, episode_id: public_ids.Reference) -> Response:
         serializer = episode_serializers.LinkInSerializer(data=request.data)
@@ -374,7 +339,7 @@ class MemoryLinksView(TenantAPIView):
             )
         except episode_services.EpisodeNotFound as exc:  # forgotten
             raise not_found(d["target_id"] if exc.args[0] == target.pk else episode_id) from None
-        body = {
+        body: answers.LinkMade = {
             "source_id": source.public_id,
             "target_id": target.public_id,
             "kind": link.kind,
@@ -384,7 +349,7 @@ class MemoryLinksView(TenantAPIView):
 
     @extend_schema(
         request=episode_serializers.LinkDeleteSerializer,
-        responses={200: dict},
+        responses={200: answer_serializer(answers.LinksRemoved)},
         summary="Remove a link (journaled: a rollback puts it back)",
     )
     def delete(self, request: Request, episode_id: public_ids.Reference) -> Response:
@@ -405,4 +370,5 @@ class MemoryLinksView(TenantAPIView):
             raise not_found(episode_id) from None
         if not deleted:
             raise NotFound("no such link")
-        return Response({"deleted": deleted})
+        removed: answers.LinksRemoved = {"deleted": deleted}
+        return Response(removed)

@@ -25,7 +25,7 @@ ERASURE = "erasure"
 FORGET_USER = "forget_user"
 #: An operator deleted a tombstone (``episodes.ForgottenUser``): that user_id may write again.
 FORGET_USER_LIFTED = "forget_user_lifted"
-#: The tenant itself was deleted (``lifecycle.deletion``); the record outlives it and names it.
+#: The tenant itself was deleted (``rights.deletion``); the record outlives it and names it.
 TENANT_DELETED = "tenant_deleted"
 
 ACTIONS = frozenset(

@@ -14,9 +14,9 @@ from django.utils import timezone
 from episodes.models import EMBEDDING_DIM
 from episodes.scope import Scope
 from episodes.services import TurnInput
-from lifecycle.deletion import drop_tenant
 from lifecycle.services import turns_ingest
 from memory_platform.tenancy.services import tenant_create
+from rights.deletion import drop_tenant
 
 WORDS = [
     "deploy",

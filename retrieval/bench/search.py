@@ -33,13 +33,13 @@ from episodes.indexing import turn_documents
 from episodes.models import EMBEDDING_DIM, Episode, Turn
 from episodes.stores.hot import hot_store
 from episodes.stores.tables import EPISODES, TURNS
-from lifecycle.deletion import drop_tenant
 from memory_platform.embedded.redis import free_port
 from memory_platform.embeddings import get_embedder
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import api_key_create, tenant_create
 from retrieval.query import SearchQuery
 from retrieval.services import record_access, search
+from rights.deletion import drop_tenant
 
 from .text import sentence
 
@@ -334,7 +334,7 @@ def run_search_bench(
         # Dropped once every size is measured: deleting a loaded tenant sets autovacuum and
         # RediSearch's collector to work, which would slow the next size's measurements. The
         # deletion service waits for the tenant's tick and tries a deadlocked transaction again,
-        # so it works beside a running platform (``lifecycle.deletion``).
+        # so it works beside a running platform (``rights.deletion``).
         for tenant in loaded:
             drop_tenant(tenant, now=timezone.now(), log=lambda line: log(f"  {line}"))
     return results

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from lifecycle.admin import MemoryPolicyForm
+from console.admin import MemoryPolicyForm
 from lifecycle.models import JournalEntry, PolicyChange, TickRun, policy_row
 from lifecycle.services import episode_pin
 from memory_platform.tenancy.services import api_key_create, tenant_create

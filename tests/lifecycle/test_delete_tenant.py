@@ -1,4 +1,4 @@
-"""Deleting a tenant (lifecycle.deletion): ``manage.py delete_tenant`` and the console's delete take its
+"""Deleting a tenant (rights.deletion): ``manage.py delete_tenant`` and the console's delete take its
 memory from every store as an erasure does, then the tenant row; the audit keeps a record; another
 tenant is untouched; an unknown name changes nothing; a running tick is waited for, and a deadlock
 rolled back by Postgres is tried again."""
@@ -16,12 +16,12 @@ from django.db import OperationalError, connection
 
 from episodes.models import Episode
 from episodes.stores import keys
-from lifecycle import erasure
-from lifecycle.deletion import DeletionRefused, tenant_delete
 from lifecycle.models import JournalEntry
 from lifecycle.tick import tick_lock
 from memory_platform.redis_client import get_redis
 from memory_platform.tenancy.models import AuditEvent, Tenant, TenantOperator
+from rights import erasure
+from rights.deletion import DeletionRefused, tenant_delete
 
 from .factories import NOW
 from .rights import rows

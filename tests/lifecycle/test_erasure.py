@@ -10,10 +10,10 @@ import pytest
 from episodes.models import Episode, ForgottenUser, Turn
 from episodes.stores import keys
 from episodes.stores.hot import hot_store
-from lifecycle import erasure
 from lifecycle.models import JournalEntry, TickRun
 from memory_platform.redis_client import get_redis
 from memory_platform.tenancy.models import AuditEvent
+from rights import erasure
 
 from .rights import rows
 

@@ -20,11 +20,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from lifecycle.stats import LAYERS, tenant_stats
 from memory_platform import counters
 from memory_platform.api.health import may_see_details
 from memory_platform.tenancy.models import Tenant
-
-from ..stats import LAYERS, tenant_stats
 
 
 def _histogram(

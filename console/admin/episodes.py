@@ -16,11 +16,10 @@ from django.utils import timezone
 from episodes import services as episode_services
 from episodes.admin import TurnInline
 from episodes.models import Episode, Layer, Link, State
+from lifecycle import scoring, services
+from lifecycle.journal import EDITABLE_FIELDS
+from lifecycle.tenant_policy import Policy
 from memory_platform.admin_base import ReadOnlyInline, TenantScopedAdmin, admin_actor
-
-from .. import scoring, services
-from ..journal import EDITABLE_FIELDS
-from ..tenant_policy import Policy
 
 # --- episodes -----------------------------------------------------------------------------------------
 _LIVE = [State.ACTIVE, State.DORMANT, State.DELETE_CANDIDATE]

@@ -23,13 +23,13 @@ from typing import Any
 from django.apps import apps
 from django.db import DatabaseError
 
+from lifecycle.journal import to_json
+from lifecycle.tasks import SCHEDULE_PREFIX
+from lifecycle.tick import tick_lock
 from memory_platform.tenancy.audit import TENANT_DELETED, audit_record
 from memory_platform.tenancy.models import AuditEvent, Tenant
 
 from . import erasure
-from .journal import to_json
-from .tasks import SCHEDULE_PREFIX
-from .tick import tick_lock
 
 #: How long a deletion waits for a running tick of the tenant to finish.
 TICK_WAIT_SECONDS = 600.0

@@ -33,10 +33,9 @@ from django.db import models
 
 from episodes import public_ids
 from episodes.models import Episode, LinkKind, Turn
+from lifecycle.journal import to_json
+from lifecycle.models import AccessWindow, JournalEntry
 from memory_platform.embeddings import to_storage
-
-from ..journal import to_json
-from ..models import AccessWindow, JournalEntry
 
 FORMAT = "memory-platform-export"
 VERSION = 1

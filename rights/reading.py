@@ -18,11 +18,11 @@ import numpy as np
 from rest_framework.exceptions import ParseError
 
 from episodes.models import SEARCH_TEXT_LIMIT, Episode, Layer, Link, Turn
+from lifecycle.models import AccessWindow, JournalEntry
+from lifecycle.policy_json import PolicySerializer
 from memory_platform.api.parsers import check_value
 from memory_platform.conf import DEFAULTS, memory_settings
 
-from ..api.serializers import PolicySerializer
-from ..models import AccessWindow, JournalEntry
 from . import records
 from .records import FormatError, json_kind
 

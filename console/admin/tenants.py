@@ -1,5 +1,5 @@
 """Deleting a tenant from the console: a superuser's alone, through the deletion service
-(``lifecycle.deletion``), which takes its memory from every store and leaves an audit record.
+(``rights.deletion``), which takes its memory from every store and leaves an audit record.
 
 Django's own delete would list every row the tenant holds (a slow page for thousands of turns) and
 ask for the delete permission of each model, which the platform's rows grant nobody; so the
@@ -21,9 +21,8 @@ from django.utils.html import format_html
 from memory_platform.admin_base import admin_actor
 from memory_platform.tenancy.admin import TenantAdmin as TenancyTenantAdmin
 from memory_platform.tenancy.models import Tenant
-
-from ..deletion import DeletionRefused, counted, tenant_delete
-from ..erasure import tenant_holdings
+from rights.deletion import DeletionRefused, counted, tenant_delete
+from rights.erasure import tenant_holdings
 
 #: How long a delete from the console waits for a running tick of the tenant (a request's time).
 TICK_WAIT_SECONDS = 30.0

@@ -13,11 +13,10 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from episodes.models import Episode
+from lifecycle.candidates import CandidateError, candidate_approve, candidate_reject, owner_of
+from lifecycle.models import Candidate, JournalEntry, TickRun
+from lifecycle.rollback import RollbackError, rollback_journal_entry, rollback_plan, rollback_refusal
 from memory_platform.admin_base import ReadOnlyAdmin, admin_actor
-
-from ..candidates import CandidateError, candidate_approve, candidate_reject, owner_of
-from ..models import Candidate, JournalEntry, TickRun
-from ..rollback import RollbackError, rollback_journal_entry, rollback_plan, rollback_refusal
 
 
 @admin.register(TickRun)

@@ -3,7 +3,7 @@ and whose tenant dashboard charts the hourly snapshots
 (docs/decisions/0028-console-figures-and-preview.md).
 
 Every figure comes from ``lifecycle.stats`` (the same numbers as ``GET /api/v1/stats`` and
-``GET /metrics``); charts are inline SVG (``lifecycle.charts``). "Run a tick now" queues the tick
+``GET /metrics``); charts are inline SVG (``console.charts``). "Run a tick now" queues the tick
 on the task worker, never on the request thread.
 """
 
@@ -24,13 +24,13 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
 from episodes.models import Layer
+from lifecycle.models import MemoryPolicy, TenantSnapshot, TickRun
+from lifecycle.stats import LAYERS, gained, search_latency, tenant_stats
 from memory_platform import counters
 from memory_platform.admin_base import SuperusersOnly, visible_tenants
 from memory_platform.tenancy.models import Tenant
 
 from .charts import Point, line_chart
-from .models import MemoryPolicy, TenantSnapshot, TickRun
-from .stats import LAYERS, gained, search_latency, tenant_stats
 
 #: The home's columns: (key, heading); sortable by ``?sort=<key>`` (``-<key>`` descending).
 COLUMNS = (

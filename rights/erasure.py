@@ -36,12 +36,11 @@ from redis.commands.search.query import Query
 from episodes.models import Episode, ForgottenUser, Link, Turn
 from episodes.stores import keys
 from episodes.stores.hot import HotUnavailable, hot_store
+from lifecycle.journal import to_json
+from lifecycle.models import AccessWindow, Candidate, JournalEntry, TenantSnapshot, TickRun
 from memory_platform import counters
 from memory_platform.tenancy.audit import ERASURE, FORGET_USER, audit_record
 from memory_platform.tenancy.models import Tenant
-
-from .journal import to_json
-from .models import AccessWindow, Candidate, JournalEntry, TenantSnapshot, TickRun
 
 #: What ``erasure_token`` confirms: the tenant's memory, or ``user:<id>``.
 TENANT_DATA = "tenant-data"

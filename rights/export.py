@@ -14,13 +14,13 @@ import redis
 from django.db.models import QuerySet
 
 from episodes.models import Episode, Link, Turn
+from lifecycle.journal import to_json
+from lifecycle.models import AccessWindow, JournalEntry, policy_row
+from lifecycle.policy_json import PolicySerializer  # the policy's JSON shape, secrets left out
 from memory_platform import counters
 from memory_platform.embeddings import embedder_for
 from memory_platform.tenancy.models import Tenant
 
-from ..api.serializers import PolicySerializer  # the policy's JSON shape, secrets left out
-from ..journal import to_json
-from ..models import AccessWindow, JournalEntry, policy_row
 from . import records
 
 #: Called with (episodes written, episodes to write) after each batch.

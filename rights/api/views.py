@@ -1,6 +1,7 @@
-"""Data rights over the API (docs/decisions/0030-data-rights.md): export, import, and erasure of the tenant's
-memory or of one person's (``POST /forget`` with ``erase``, in ``views.ForgetView``). Scope ``admin``: each
-reads or changes all of the tenant's memory."""
+"""Data rights over the API (docs/decisions/0030-data-rights.md): export, import, and erasure of the
+tenant's memory or of one person's (``POST /forget`` with ``erase``); and ``POST /forget`` by filter
+or by retrievability threshold (soft, restorable). Export, import and erasure need scope ``admin``:
+each reads or changes all of the tenant's memory."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiRequest, OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from episodes import selectors as episode_selectors
+from episodes.api import serializers as episode_serializers
+from lifecycle import services
+from lifecycle.quota import PinnedCapExceeded
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict, OverQuota, PayloadTooLarge, ServiceUnavailable
 from memory_platform.api.serializers import StrictSerializer
@@ -24,10 +29,10 @@ from memory_platform.tenancy.audit import EXPORT, audit_record
 from memory_platform.tenancy.models import Tenant
 
 from .. import erasure
-from ..portability.export import ExportFilter, export_lines
-from ..portability.records import FormatError
-from ..portability.sources import FORMATS, import_body
-from ..quota import PinnedCapExceeded
+from ..export import ExportFilter, export_lines
+from ..records import FormatError
+from ..sources import FORMATS, import_body
+from . import serializers as s
 
 
 class ExportQuerySerializer(StrictSerializer):
@@ -228,3 +233,51 @@ class TenantDataView(TenantAPIView):
             actor=self.actor,
             holdings=erasure.tenant_holdings(self.tenant),
         )
+
+
+class ForgetView(TenantAPIView):
+    required_scope = "write"
+
+    @extend_schema(
+        request=s.ForgetInSerializer,
+        responses={
+            **ERASURE_RESPONSES,
+            200: OpenApiResponse(
+                description="soft forget: {dry_run, count, ids}; with erase, as DELETE /tenant-data: "
+                "first {confirm, expires_in_seconds, will_erase}, then the receipt"
+            ),
+        },
+        summary="Soft forget by filter or by retrievability below a threshold (restorable; dry_run); "
+        "or erase a user_id for good (erase, scope admin, two calls)",
+    )
+    def post(self, request: Request) -> Response:
+        serializer = s.ForgetInSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        d = serializer.validated_data
+        if d["erase"]:
+            if not self.api_key.has_scope("admin"):
+                raise PermissionDenied("erasing a user for good needs a key with scope admin")
+            return erase_or_confirm(
+                tenant=self.tenant,
+                what=f"user:{d['user_id']}",
+                token=d.get("confirm"),
+                actor=self.actor,
+                holdings=erasure.user_holdings(self.tenant, d["user_id"]),
+            )
+        now = timezone.now()
+        scope = episode_serializers.filter_scope(
+            d,
+            kinds=(d["kind"],) if d.get("kind") else (),
+            tags=tuple(d.get("tags") or ()),
+            all_tags=True,
+            layers=(d["layer"],) if d.get("layer") else (),
+            older_than=d.get("older_than"),
+            anchor=d.get("anchor"),
+        )
+        ids = services.forget_select(
+            tenant=self.tenant, scope=scope, retrievability_below=d.get("retrievability_below"), now=now
+        )
+        if not d["dry_run"]:
+            ids = services.forget_apply(tenant=self.tenant, episode_ids=ids, now=now, actor=self.actor)
+        shown = episode_selectors.public_ids_of(self.tenant, ids)
+        return Response({"dry_run": d["dry_run"], "count": len(ids), "ids": [shown[i] for i in ids]})

@@ -23,11 +23,11 @@ from typing import Any
 from episodes.api import serializers as episode_serializers
 from episodes.models import Episode, ForgottenUser, Turn
 from episodes.services import MemoryInput, TurnInput
+from lifecycle.services import memory_create, turns_ingest
 from memory_platform.conf import memory_settings
 from memory_platform.tenancy.audit import IMPORT, audit_record
 from memory_platform.tenancy.models import Tenant
 
-from ..services import memory_create, turns_ingest
 from . import records
 from .imports import ImportReport, Progress, import_export
 from .reading import NotJSON, decode, json_lines, load_json, parse_export

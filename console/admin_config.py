@@ -5,4 +5,4 @@ from django.contrib.admin.apps import AdminConfig
 
 
 class ConsoleAdminConfig(AdminConfig):
-    default_site = "lifecycle.console.ConsoleSite"
+    default_site = "console.site.ConsoleSite"

@@ -32,16 +32,16 @@ from django.db.models import F
 from episodes.indexing import centroid, episodes_index_hot
 from episodes.models import Episode, ForgottenUser, Layer, Link, State, Turn
 from episodes.stores.hot import HotUnavailable
+from lifecycle.hotsync import sync_episode
+from lifecycle.journal import journal_record, snapshot, to_json
+from lifecycle.models import AccessWindow, JournalEntry, MemoryPolicy, policy_row
+from lifecycle.policy_json import PolicySerializer
+from lifecycle.quota import make_room, pin_check, pinned_weight
+from lifecycle.services import policy_save
 from memory_platform import counters
 from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
 
-from ..api.serializers import PolicySerializer
-from ..hotsync import sync_episode
-from ..journal import journal_record, snapshot, to_json
-from ..models import AccessWindow, JournalEntry, MemoryPolicy, policy_row
-from ..quota import make_room, pin_check, pinned_weight
-from ..services import policy_save
 from . import records
 from .reading import EpisodeIn, ExportIn
 from .records import FormatError

@@ -7,10 +7,10 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from lifecycle.portability.records import FormatError
-from lifecycle.portability.sources import FORMATS, import_body
 from lifecycle.quota import PinnedCapExceeded
 from memory_platform.tenancy.models import Tenant
+from rights.records import FormatError
+from rights.sources import FORMATS, import_body
 
 
 class Command(BaseCommand):

@@ -16,12 +16,11 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from lifecycle import services
+from lifecycle.models import MemoryPolicy, PolicyChange, Preset
+from lifecycle.policy import policy_diff
+from lifecycle.presets import PRESETS, apply_preset
 from memory_platform.admin_base import TenantScopedAdmin, admin_actor
-
-from .. import services
-from ..models import MemoryPolicy, PolicyChange, Preset
-from ..policy import policy_diff
-from ..presets import PRESETS, apply_preset
 
 FIELDSETS: tuple[tuple[str | None, dict[str, Any]], ...] = (
     (None, {"fields": ("tenant", "preset", "apply_preset_now", "layer_rule")}),

@@ -7,9 +7,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from lifecycle.portability.export import ExportFilter, export_lines
 from memory_platform.tenancy.audit import EXPORT, audit_record
 from memory_platform.tenancy.models import Tenant
+from rights.export import ExportFilter, export_lines
 
 
 def _when(value: str | None) -> datetime | None:

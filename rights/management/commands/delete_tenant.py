@@ -1,5 +1,5 @@
 """`manage.py delete_tenant NAME [--yes]`: delete a tenant and everything it holds, in every store,
-and print the receipt (``lifecycle.deletion``). Asks first on a terminal; elsewhere it needs ``--yes``."""
+and print the receipt (``rights.deletion``). Asks first on a terminal; elsewhere it needs ``--yes``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from lifecycle.deletion import DeletionRefused, tenant_delete
-from lifecycle.erasure import tenant_holdings
 from memory_platform.tenancy.models import Tenant
+from rights.deletion import DeletionRefused, tenant_delete
+from rights.erasure import tenant_holdings
 
 #: Who the audit records a deletion made here as.
 ACTOR = "cli"
