@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any, Literal, TypedDict
 from uuid import UUID
 
 from django.db.models import Count, Sum
+from typing_extensions import Doc
 
 from episodes.models import Episode, Layer
 from memory_platform import counters
@@ -30,14 +31,88 @@ from .models import Candidate, TenantSnapshot, TickRun
 LAYERS = (Layer.HOT, Layer.WARM, Layer.COLD)
 DAY = timedelta(days=1)
 
+#: A latency quantile: a bucket's upper bound in ms, "+Inf" past the last, None without searches.
+Quantile = float | Literal["+Inf"] | None
+
+
+class TickRunSummary(TypedDict):
+    id: int
+    started_at: str
+    status: str
+    duration_ms: int | None
+    moves: dict[str, int]
+    errors: int
+
+
+class TicksLastDay(TypedDict):
+    runs: int
+    failed: int
+    errors: int
+    duration_ms_max: int
+    moves: dict[str, int]
+
+
+class Ticks(TypedDict):
+    last: TickRunSummary | None
+    last_24h: TicksLastDay
+
+
+class SearchLatency(TypedDict):
+    """A histogram: searches per bucket (by upper bound in ms, "+Inf" past the last), count, sum."""
+
+    buckets: dict[str, float]
+    count: float
+    sum: float
+
+
+class Counted(TypedDict):
+    """What passes without a row, counted since counting began: searches by path, hits, unpacks
+    by layer, feedback by kind (``memory_platform.counters``)."""
+
+    searches: dict[str, int]
+    searches_degraded: int
+    search_ms: SearchLatency
+    hits: dict[str, int]
+    unpacks: dict[str, int]
+    feedback: dict[str, int]
+    turns_ingested: int
+    memories_created: int
+
+
+class CountedLastDay(TypedDict):
+    searches: int
+    search_ms_p50: Quantile
+    search_ms_p95: Quantile
+    hits: dict[str, float]
+    unpacks: int
+    feedback: dict[str, float]
+    turns_ingested: float
+
+
+class TenantStats(TypedDict):
+    """A tenant's figures (``GET /stats``); figures by layer are keyed by layer."""
+
+    tenant: str
+    at: str
+    episodes: Annotated[dict[str, dict[str, int]], Doc("by layer, then by state")]
+    episodes_total: int
+    turns: dict[str, int]
+    raw_chars: dict[str, int]
+    bytes: dict[str, int]
+    compression: Annotated[dict[str, float | None], Doc("raw characters per packed one, warm and cold")]
+    candidates_pending: dict[str, int]
+    ticks: Ticks
+    counters: Counted
+    last_24h: CountedLastDay | None
+
 
 def tenant_stats(
     tenants: Sequence[Tenant], now: datetime, live: Mapping[str, Mapping[str, counters.Series]] | None = None
-) -> dict[UUID, dict[str, Any]]:
+) -> dict[UUID, TenantStats]:
     """Each tenant's figures at ``now``, by the tenant's primary key (``live``: the counters when
     the caller has read them already)."""
     ids = [t.pk for t in tenants]
-    out: dict[UUID, dict[str, Any]] = {t.pk: _empty(t, now) for t in tenants}
+    out: dict[UUID, TenantStats] = {t.pk: _empty(t, now) for t in tenants}
 
     rows = (
         Episode.objects.filter(tenant_id__in=ids)
@@ -104,7 +179,7 @@ def tenant_stats(
     return out
 
 
-def _empty(tenant: Tenant, now: datetime) -> dict[str, Any]:
+def _empty(tenant: Tenant, now: datetime) -> TenantStats:
     return {
         "tenant": tenant.name,
         "at": now.isoformat(),
@@ -119,10 +194,12 @@ def _empty(tenant: Tenant, now: datetime) -> dict[str, Any]:
             "last": None,
             "last_24h": {"runs": 0, "failed": 0, "errors": 0, "duration_ms_max": 0, "moves": {}},
         },
+        "counters": _counters({}),  # both read below
+        "last_24h": None,
     }
 
 
-def _run(run: TickRun) -> dict[str, Any]:
+def _run(run: TickRun) -> TickRunSummary:
     return {
         "id": run.pk,
         "started_at": run.started_at.isoformat(),
@@ -141,7 +218,7 @@ def _by(series: counters.Series | None, label: str) -> dict[str, int]:
     return out
 
 
-def _counters(metrics: Mapping[str, counters.Series]) -> dict[str, Any]:
+def _counters(metrics: Mapping[str, counters.Series]) -> Counted:
     """The counted figures since counting began (cumulative; ``last_24h`` has the differences)."""
     latency = counters.histogram(metrics, "search_ms")
     return {
@@ -156,7 +233,7 @@ def _counters(metrics: Mapping[str, counters.Series]) -> dict[str, Any]:
     }
 
 
-def _since(current: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any] | None:
+def _since(current: Counted, before: dict[str, Any] | None) -> CountedLastDay | None:
     """Searches, their latency, hits, unpacks, feedback and ingest since ``before`` (the snapshot a
     day back); None when there is no snapshot that old yet."""
     if before is None:
@@ -186,7 +263,7 @@ def gained(now: Mapping[str, float], then: Mapping[str, float]) -> dict[str, flo
     }
 
 
-def _finite(value: float | None) -> float | str | None:
+def _finite(value: float | None) -> Quantile:
     return "+Inf" if value is not None and math.isinf(value) else value
 
 

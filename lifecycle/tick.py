@@ -18,10 +18,11 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from django.db import connection, transaction
 from django.utils import timezone
+from typing_extensions import Doc
 
 from episodes.indexing import collect_hot_garbage
 from episodes.models import Layer, State
@@ -38,7 +39,7 @@ from .journal import to_json
 from .models import Candidate, JournalEntry, TickRun, read_policy
 from .moves import step_hot_to_warm, step_promote, step_warm_gradient, step_warm_to_cold
 from .tenant_policy import Policy
-from .tick_context import FaultHook, Tick, TickInterrupted
+from .tick_context import FaultHook, Tick, TickError, TickInterrupted
 
 logger = logging.getLogger(__name__)
 
@@ -265,9 +266,29 @@ class TickBusy(Exception):
     """Another tick (or preview) of the tenant holds its lock."""
 
 
+class SampledEpisode(TypedDict):
+    id: str
+    title: str
+    session_id: str
+    layer: Annotated[str, Doc("its layer before this change")]
+    last_accessed_at: str
+
+
+class TickPreview(TypedDict):
+    """What a tick would do (``tick_preview``)."""
+
+    now: str
+    counts: Annotated[dict[str, int], Doc("moves per step, as a tick run counts them")]
+    scored: Annotated[int, Doc("episodes scored")]
+    errors: list[TickError]
+    samples: Annotated[
+        dict[str, list[SampledEpisode]], Doc("per kind of change (a step, state:a->b, candidate:kind)")
+    ]
+
+
 def tick_preview(
     *, tenant: Tenant, now: datetime, policy: Policy | None = None, sample: int = 5
-) -> dict[str, Any]:
+) -> TickPreview:
     """What a tick at ``now`` would do under ``policy`` (an unsaved one from a form or a request,
     else the tenant's), without writing anything: the tick's own steps run in one transaction that
     is then rolled back, with the Redis changes they queue for the commit. Returns the moves per
@@ -279,7 +300,7 @@ def tick_preview(
     policy = policy or read_policy(tenant)
     if not _try_lock(tenant):
         raise TickBusy(f"a tick of {tenant.name} is running; preview again when it is done")
-    result: dict[str, Any] = {}
+    result: TickPreview | None = None
     try:
         with transaction.atomic():
             run = TickRun.objects.create(tenant=tenant, now_used=now, started_at=timezone.now())
@@ -303,12 +324,13 @@ def tick_preview(
         pass
     finally:
         _unlock(tenant)
+    assert result is not None  # set before the rollback
     return result
 
 
-def _samples(run: TickRun, last_candidate: int, size: int) -> dict[str, list[dict[str, Any]]]:
+def _samples(run: TickRun, last_candidate: int, size: int) -> dict[str, list[SampledEpisode]]:
     """Up to ``size`` episodes per kind of change the run journaled, and per candidate kind."""
-    samples: dict[str, list[dict[str, Any]]] = {}
+    samples: dict[str, list[SampledEpisode]] = {}
     entries = JournalEntry.objects.filter(tick_run=run).select_related("episode").order_by("pk")
     for entry in entries:
         kind = (
@@ -328,7 +350,7 @@ def _samples(run: TickRun, last_candidate: int, size: int) -> dict[str, list[dic
     return samples
 
 
-def _described(episode: Any, layer: str | None) -> dict[str, Any]:
+def _described(episode: Any, layer: str | None) -> SampledEpisode:
     return {
         "id": episode.public_id,
         "title": episode.title,

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from episodes.models import Episode, State
 from episodes.selectors import degrees
@@ -47,6 +47,14 @@ def days_between(now: datetime, then: datetime | None) -> float:
     return max(0.0, (now - then).total_seconds() / 86_400) if then is not None else 0.0
 
 
+class TickError(TypedDict):
+    """A step that failed for an episode (the tick goes on with the next)."""
+
+    step: str
+    episode: int | None
+    error: str
+
+
 @dataclass
 class Tick:
     tenant: Tenant
@@ -55,7 +63,7 @@ class Tick:
     run: TickRun
     hook: FaultHook | None = None
     counts: Counter[str] = field(default_factory=Counter)
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[TickError] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.summariser = get_summariser(self.policy)

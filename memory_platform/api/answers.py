@@ -11,7 +11,8 @@ schema (every answer component refuses keys it does not declare).
 
 How a ``TypedDict`` reads as fields:
 
-- ``str``, ``int``, ``float``, ``bool``, ``datetime`` (as DRF writes it); ``X | None`` may be null; ``Any`` is any JSON value;
+- ``str``, ``int``, ``float``, ``bool``, ``datetime`` and ``UUID`` (as DRF writes them); ``X | None`` may be null; ``Any`` is any JSON value;
+- ``Literal`` values; a union of plain types (``float | Literal["+Inf"] | None``): any of them;
 - ``list[X]``, ``dict[str, X]`` (keys the data decides, such as layers or states);
 - another ``TypedDict``: a nested component of that name; ``A | B`` of ``TypedDict`` s: one of them;
 - ``NotRequired[X]``: a key that is left out when it does not apply (said in its ``Doc``);
@@ -25,9 +26,20 @@ import functools
 import types
 import typing
 from datetime import datetime
-from typing import Any, NotRequired, Required, Union, get_args, get_origin, get_type_hints, is_typeddict
+from typing import (
+    Any,
+    Literal,
+    NotRequired,
+    Required,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
+from uuid import UUID
 
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_serializer
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 from typing_extensions import Doc
 
@@ -87,7 +99,9 @@ def _field(hint: Any, *, required: bool, **kwargs: Any) -> serializers.Field:  #
         if all(is_typeddict(option) for option in options):
             name = "Or".join(option.__name__ for option in options)
             return _polymorphic(name, options, required=required, **kwargs)
-        raise TypeError(f"a union of {options} has no field: declare one type")
+        return _any_of([*options, *([None] if kwargs.pop("allow_null", False) else [])], required, kwargs)
+    if origin is Literal:
+        kwargs["choices"] = list(get_args(hint))
     kwargs["required"] = required
     if is_typeddict(hint):
         return answer_serializer(hint)(**kwargs)
@@ -116,9 +130,31 @@ def _field(hint: Any, *, required: bool, **kwargs: Any) -> serializers.Field:  #
         return serializers.FloatField(**kwargs)
     if hint is datetime:
         return serializers.DateTimeField(**kwargs)
+    if hint is UUID:
+        return serializers.UUIDField(**kwargs)
     if hint is Any:
         return serializers.JSONField(**kwargs)
     raise TypeError(f"no field for {hint!r}")
+
+
+#: The JSON Schema of each value a union of plain values may take.
+_SCALARS: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    None: {"type": "null"},
+}
+
+
+def _any_of(options: list[Any], required: bool, kwargs: dict[str, Any]) -> serializers.Field:  # type: ignore[type-arg]
+    """A value of one of several plain types (``float | Literal["+Inf"] | None``)."""
+    schemas = [
+        {"enum": list(get_args(option))} if get_origin(option) is Literal else _SCALARS[option]
+        for option in options
+    ]
+    field = extend_schema_field({"anyOf": schemas})(type("AnyOfField", (serializers.JSONField,), {}))
+    return field(required=required, **kwargs)  # type: ignore[no-any-return]
 
 
 def _polymorphic(name: str, shapes: list[type], **kwargs: Any) -> PolymorphicProxySerializer:
