@@ -85,7 +85,7 @@ class Deletion:
             f"  audit     {self.audit_kept} record(s) kept, without their tenant; "
             f"this deletion is record {self.audit_id}"
         )
-        found = sum(n for store in self.erasure.found_after.values() for n in store.values())
+        found = self.erasure.left
         out.append("  check     clean: nothing of it is left" if self.clean else f"  check     {found} left")
         return out
 

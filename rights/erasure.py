@@ -25,13 +25,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypedDict, TypeVar
 
 import redis
 from django.apps import apps
 from django.core import signing
 from django.db import OperationalError, models, transaction
 from redis.commands.search.query import Query
+from typing_extensions import Doc
 
 from episodes.models import Episode, ForgottenUser, Link, Turn
 from episodes.stores import keys
@@ -200,18 +201,55 @@ def _queue_counts(queued: list[Any], results: list[Any]) -> dict[str, int]:
 
 
 # --- the receipt ------------------------------------------------------------------------------------
+class ByStore(TypedDict):
+    """Counts per store: Postgres per table, Redis documents (and indexes, counters), queued tasks."""
+
+    postgres: dict[str, int]
+    redis: dict[str, int]
+    queue: dict[str, int]
+
+
+class Verification(ByStore):
+    """What a pass after the erasure still found, per store (nothing when ``clean``)."""
+
+    clean: bool
+
+
+class ErasureReceipt(TypedDict):
+    """An erasure's receipt (the answer's status is 503 when the verification is not clean)."""
+
+    erased: Annotated[str, Doc("tenant_data or user")]
+    erased_at: str
+    removed: ByStore
+    verification: Verification
+
+
+class ErasureConfirm(TypedDict):
+    """An erasure's first call: the token the second one sends back, and what would go."""
+
+    confirm: str
+    expires_in_seconds: int
+    will_erase: Annotated[dict[str, int], Doc("what there is now, per table or kind of record")]
+
+
 @dataclass
 class Receipt:
     erased: str
     erased_at: datetime
-    removed: dict[str, dict[str, int]] = field(default_factory=dict)
-    found_after: dict[str, dict[str, int]] = field(default_factory=dict)
+    removed: ByStore = field(default_factory=lambda: ByStore(postgres={}, redis={}, queue={}))
+    found_after: ByStore = field(default_factory=lambda: ByStore(postgres={}, redis={}, queue={}))
+
+    @property
+    def left(self) -> int:
+        """What the verification found, in every store."""
+        found = self.found_after
+        return sum(n for store in (found["postgres"], found["redis"], found["queue"]) for n in store.values())
 
     @property
     def clean(self) -> bool:
-        return not any(n for store in self.found_after.values() for n in store.values())
+        return not self.left
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> ErasureReceipt:
         return {
             "erased": self.erased,
             "erased_at": to_json(self.erased_at),

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal, TypedDict
 
 import redis
 from django.db.models import QuerySet
+from typing_extensions import Doc
 
 from episodes.models import Episode, Link, Turn
 from lifecycle.journal import to_json
@@ -22,6 +23,27 @@ from memory_platform.embeddings import embedder_for
 from memory_platform.tenancy.models import Tenant
 
 from . import records
+
+
+class ExportEmbedding(TypedDict):
+    model: str
+    dim: int
+    encoding: Annotated[str, Doc("how each vector is written: base64 of little-endian float32")]
+
+
+class ExportHeader(TypedDict):
+    """An export's first line: what it is, whose, and how its vectors are written. (The lines after
+    it: the policy, each episode followed by its turns, links, journal entries, counters, and an
+    end record with the counts.)"""
+
+    type: Literal["header"]
+    format: str
+    version: int
+    exported_at: str
+    tenant: str
+    embedding: ExportEmbedding
+    filters: Annotated[dict[str, Any], Doc("the export's filters, as given")]
+
 
 #: Called with (episodes written, episodes to write) after each batch.
 Progress = Callable[[int, int], None]
@@ -58,7 +80,7 @@ class ExportFilter:
         return {k: to_json(v) for k, v in asdict(self).items() if v is not None}
 
 
-def _line(record: dict[str, Any]) -> str:
+def _line(record: Mapping[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
@@ -67,17 +89,16 @@ def export_lines(
 ) -> Iterator[str]:
     """The tenant's memory in the export format, a line at a time (every query names the tenant)."""
     dim = tenant.embedding_dim
-    yield _line(
-        {
-            "type": "header",
-            "format": records.FORMAT,
-            "version": records.VERSION,
-            "exported_at": to_json(now),
-            "tenant": tenant.name,
-            "embedding": {"model": embedder_for(tenant).model_id, "dim": dim, "encoding": records.ENCODING},
-            "filters": filters.as_json(),
-        }
-    )
+    header: ExportHeader = {
+        "type": "header",
+        "format": records.FORMAT,
+        "version": records.VERSION,
+        "exported_at": to_json(now),
+        "tenant": tenant.name,
+        "embedding": {"model": embedder_for(tenant).model_id, "dim": dim, "encoding": records.ENCODING},
+        "filters": filters.as_json(),
+    }
+    yield _line(header)
     counts: Counter[str] = Counter()
     yield _line({"type": "policy", "policy": dict(PolicySerializer(policy_row(tenant)).data)})
     counts["policy"] += 1

@@ -23,11 +23,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F
+from typing_extensions import Doc
 
 from episodes.indexing import centroid, episodes_index_hot
 from episodes.models import Episode, ForgottenUser, Layer, Link, State, Turn
@@ -51,6 +52,21 @@ Progress = Callable[[int, int], None]
 BATCH = 100
 
 
+class ImportSummary(TypedDict):
+    """``POST /import``: what the import did, per kind of record (created, unchanged, ...)."""
+
+    format: str
+    episodes: dict[str, int]
+    turns: dict[str, int]
+    links: dict[str, int]
+    journal: dict[str, int]
+    vectors: str
+    policy: str
+    counters: str
+    indexed: Annotated[int, Doc("episodes indexed in the hot tier")]
+    notes: Annotated[list[str], Doc("at most 50")]
+
+
 @dataclass
 class ImportReport:
     """What an import did, per kind of record: the API's answer and the command's summary."""
@@ -70,7 +86,7 @@ class ImportReport:
         if len(self.notes) < 50:
             self.notes.append(text)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> ImportSummary:
         return {
             "format": self.format,
             "episodes": dict(+self.episodes),

@@ -46,10 +46,9 @@ from typing_extensions import Doc
 __all__ = ["AnswerSerializer", "Doc", "answer_serializer", "one_of"]
 
 
+# An answer's serializer: the schema lists every key it may hold, and no other
+# (``memory_platform.api.schema``). No docstring: the schema would show it for every answer.
 class AnswerSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """An answer's serializer: the schema lists every key it may hold (no other key is allowed:
-    ``memory_platform.api.schema``)."""
-
     answer = True
 
 
@@ -63,7 +62,7 @@ def answer_serializer(shape: type) -> type[AnswerSerializer]:
     total = getattr(shape, "__total__", True)
     fields = {name: _field(hint, required=total) for name, hint in hints.items()}
     doc = (shape.__doc__ or "").replace("``", "`")  # the schema reads Markdown
-    attrs: dict[str, Any] = {**fields, "__module__": shape.__module__, "__doc__": doc or None}
+    attrs: dict[str, Any] = {**fields, "__module__": shape.__module__, "__doc__": doc}
     serializer = type(f"{shape.__name__}Serializer", (AnswerSerializer,), attrs)
     return extend_schema_serializer(component_name=shape.__name__)(serializer)  # type: ignore[no-any-return]
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+from typing_extensions import Doc
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,19 @@ class PayloadTooLarge(exceptions.APIException):
     default_code = "too_large"
 
 
-def envelope(code: str, message: str, details: Any = None) -> dict[str, Any]:
+class ErrorDetail(TypedDict):
+    code: Annotated[str, Doc("invalid, unauthenticated, forbidden, not_found, ...")]
+    message: str
+    details: Annotated[Any, Doc("per field messages for `invalid`; otherwise empty")]
+
+
+class Error(TypedDict):
+    """Every failure's answer: what went wrong (``code``), in words, and per field when invalid."""
+
+    error: ErrorDetail
+
+
+def envelope(code: str, message: str, details: Any = None) -> Error:
     return {"error": {"code": code, "message": message, "details": details if details is not None else {}}}
 
 

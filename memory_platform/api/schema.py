@@ -4,7 +4,8 @@ the views and serializers, plus
 - request bodies that refuse unknown fields (``additionalProperties: false`` for every
   ``StrictSerializer``) and the rules a serializer states in ``schema_rules`` (e.g. "at least one
   of these fields");
-- the error envelope and every status code an operation can answer (``error_responses``);
+- every status code an operation can answer, with the error envelope (``errors.Error``) as its
+  body (``error_responses``);
 - that no key or string of a request holds the NUL character (``without_nul``).
 """
 
@@ -31,6 +32,17 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-c
 
 
 class PlatformAutoSchema(AutoSchema):
+    def get_operation(self, *args: Any, **kwargs: Any) -> Any:
+        from .answers import answer_serializer
+        from .errors import Error
+
+        operation = super().get_operation(*args, **kwargs)
+        if operation is not None:
+            # Any operation can fail: the envelope's component, made from its TypedDict, for
+            # ``error_responses`` to refer to.
+            self.resolve_serializer(answer_serializer(Error)(), "response")
+        return operation
+
     def _get_request_body(self, direction: str = "request") -> Any:
         # drf-spectacular documents bodies of PUT, PATCH and POST only; a view whose DELETE takes
         # one (DELETE /links) says so with ``delete_takes_body``.
@@ -74,26 +86,6 @@ class PlatformAutoSchema(AutoSchema):
         return result
 
 
-ERROR = {
-    "type": "object",
-    "required": ["error"],
-    "additionalProperties": False,
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["code", "message", "details"],
-            "properties": {
-                "code": {
-                    "type": "string",
-                    "description": "invalid, unauthenticated, forbidden, not_found, ...",
-                },
-                "message": {"type": "string"},
-                "details": {"description": "per field messages for `invalid`; otherwise empty"},
-            },
-        }
-    },
-}
-
 #: Every operation can answer these: the request is checked, then the key, its scope and its rate.
 COMMON = {
     "400": "the request is malformed or breaks a rule (`details` names the fields)",
@@ -112,9 +104,8 @@ ON_ONE_MEMORY = {
 
 
 def error_responses(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
-    """drf-spectacular post-processing hook: the error envelope on every status code that can occur."""
-    schemas = result.setdefault("components", {}).setdefault("schemas", {})
-    schemas["Error"] = ERROR
+    """drf-spectacular post-processing hook: the error envelope (``PlatformAutoSchema.get_operation``
+    declares its component) on every status code that can occur."""
     ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     for path, item in result.get("paths", {}).items():
         for _method, operation in item.items():

@@ -21,6 +21,7 @@ from episodes import selectors as episode_selectors
 from episodes.api import serializers as episode_serializers
 from lifecycle import services
 from lifecycle.quota import PinnedCapExceeded
+from memory_platform.api.answers import answer_serializer, one_of
 from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict, OverQuota, PayloadTooLarge, ServiceUnavailable
 from memory_platform.api.serializers import StrictSerializer
@@ -30,8 +31,10 @@ from memory_platform.tenancy.models import Tenant
 
 from .. import erasure
 from ..export import ExportFilter, export_lines
+from ..imports import ImportSummary
 from ..records import FormatError
 from ..sources import FORMATS, import_body
+from . import answers
 from . import serializers as s
 
 
@@ -123,7 +126,10 @@ class ImportView(TenantAPIView):
         description=IMPORT_DESCRIPTION,
         request=OpenApiRequest(IMPORT_BODY),
         responses={
-            200: OpenApiResponse(description="what was created, left unchanged, written over or skipped"),
+            200: OpenApiResponse(
+                answer_serializer(ImportSummary),
+                description="what was created, left unchanged, written over or skipped",
+            ),
             400: OpenApiResponse(
                 description="the body is empty, not UTF-8, or a line is not what its format says "
                 "(`details.body` names the line and the field); nothing was written"
@@ -168,12 +174,20 @@ def _body(request: Request, limit: int) -> bytes:
 
 ERASURE_RESPONSES = {
     200: OpenApiResponse(
+        one_of("Erasure", erasure.ErasureConfirm, erasure.ErasureReceipt),
         description="first call: {confirm, expires_in_seconds, will_erase}, nothing erased; second call "
-        "(with confirm): the receipt, {erased, erased_at, removed (per store), verification (clean)}"
+        "(with confirm): the receipt, {erased, erased_at, removed (per store), verification (clean)}",
     ),
     409: OpenApiResponse(description="the confirm token is not this erasure's, or is older than 15 minutes"),
     503: OpenApiResponse(
-        description="Redis is down (nothing erased), or the verification found something left"
+        {
+            "oneOf": [
+                {"$ref": "#/components/schemas/ErasureReceipt"},
+                {"$ref": "#/components/schemas/Error"},
+            ]
+        },
+        description="Redis is down (nothing erased: the error), or the verification found something left "
+        "(the receipt)",
     ),
 }
 
@@ -192,13 +206,12 @@ def erase_or_confirm(
     verification pass still found something)."""
     now = timezone.now()
     if token is None:
-        return Response(
-            {
-                "confirm": erasure.erasure_token(tenant=tenant, what=what, now=now),
-                "expires_in_seconds": int(erasure.TOKEN_TTL.total_seconds()),
-                "will_erase": holdings,
-            }
-        )
+        confirm: erasure.ErasureConfirm = {
+            "confirm": erasure.erasure_token(tenant=tenant, what=what, now=now),
+            "expires_in_seconds": int(erasure.TOKEN_TTL.total_seconds()),
+            "will_erase": holdings,
+        }
+        return Response(confirm)
     try:
         erasure.check_token(tenant=tenant, what=what, token=token, now=now)
     except erasure.ErasureRefused as exc:  # well formed, but not a token for this: 409
@@ -243,8 +256,9 @@ class ForgetView(TenantAPIView):
         responses={
             **ERASURE_RESPONSES,
             200: OpenApiResponse(
+                one_of("ForgetAnswer", answers.SoftForgotten, erasure.ErasureConfirm, erasure.ErasureReceipt),
                 description="soft forget: {dry_run, count, ids}; with erase, as DELETE /tenant-data: "
-                "first {confirm, expires_in_seconds, will_erase}, then the receipt"
+                "first {confirm, expires_in_seconds, will_erase}, then the receipt",
             ),
         },
         summary="Soft forget by filter or by retrievability below a threshold (restorable; dry_run); "
@@ -280,4 +294,9 @@ class ForgetView(TenantAPIView):
         if not d["dry_run"]:
             ids = services.forget_apply(tenant=self.tenant, episode_ids=ids, now=now, actor=self.actor)
         shown = episode_selectors.public_ids_of(self.tenant, ids)
-        return Response({"dry_run": d["dry_run"], "count": len(ids), "ids": [shown[i] for i in ids]})
+        forgotten: answers.SoftForgotten = {
+            "dry_run": d["dry_run"],
+            "count": len(ids),
+            "ids": [shown[i] for i in ids],
+        }
+        return Response(forgotten)
