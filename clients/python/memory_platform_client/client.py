@@ -18,7 +18,29 @@ from typing import Any
 import httpx
 
 from .errors import RateLimited, Unavailable, error_for
-from .types import Memory, Page, SearchResults, Turn, TurnsWritten
+from .types import (
+    ActivationAnswerJson,
+    ContextAnswerJson,
+    ErasureConfirmJson,
+    ErasureReceiptJson,
+    FeedbackCountsJson,
+    ForgottenJson,
+    ImportSummaryJson,
+    LinkMadeJson,
+    LinksRemovedJson,
+    Memory,
+    MemoryJson,
+    Page,
+    PinnedJson,
+    PolicyPreviewJson,
+    SearchResults,
+    SoftForgottenJson,
+    TenantStatsJson,
+    Turn,
+    TurnsWritten,
+    UnpackedMemoryJson,
+    WhoAmIJson,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -83,11 +105,11 @@ class _Api:
             )
         )
 
-    def context(self, query: str, **options: Any) -> dict[str, Any]:
+    def context(self, query: str, **options: Any) -> ContextAnswerJson:
         """Prompt-ready context within a token budget."""
         return self._send(_Call("POST", "/context", json={"query": query, **options}, retry=True))
 
-    def activate(self, **options: Any) -> dict[str, Any]:
+    def activate(self, **options: Any) -> ActivationAnswerJson:
         """The top memories of a kind."""
         return self._send(_Call("POST", "/activate", json=options, retry=True))
 
@@ -110,35 +132,35 @@ class _Api:
             )
         )
 
-    def whoami(self) -> dict[str, Any]:
+    def whoami(self) -> WhoAmIJson:
         return self._send(_Call("GET", "/whoami", retry=True))
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> TenantStatsJson:
         return self._send(_Call("GET", "/stats", retry=True))
 
     def get_policy(self) -> dict[str, Any]:
         return self._send(_Call("GET", "/policy", retry=True))
 
     # --- managing -----------------------------------------------------------------------------
-    def unpack(self, memory_id: str) -> dict[str, Any]:
+    def unpack(self, memory_id: str) -> UnpackedMemoryJson:
         """Restore a packed memory whole, back to hot."""
         return self._send(_Call("POST", f"/memories/{memory_id}/unpack", retry=True))
 
-    def feedback(self, *, used: Sequence[str] = (), unused: Sequence[str] = ()) -> dict[str, Any]:
+    def feedback(self, *, used: Sequence[str] = (), unused: Sequence[str] = ()) -> FeedbackCountsJson:
         return self._send(_Call("POST", "/feedback", json={"used": list(used), "unused": list(unused)}))
 
-    def forget(self, memory_id: str) -> dict[str, Any]:
+    def forget(self, memory_id: str) -> ForgottenJson:
         """Soft forget one memory (restorable for the grace period)."""
         return self._send(_Call("DELETE", f"/memories/{memory_id}", retry=True))
 
-    def forget_where(self, **filters: Any) -> dict[str, Any]:
+    def forget_where(self, **filters: Any) -> SoftForgottenJson:
         """Soft forget by filter or by retrievability (``dry_run`` first, if unsure)."""
         return self._send(_Call("POST", "/forget", json=filters))
 
-    def restore(self, memory_id: str) -> dict[str, Any]:
+    def restore(self, memory_id: str) -> MemoryJson:
         return self._send(_Call("POST", f"/memories/{memory_id}/restore", retry=True))
 
-    def link(self, memory_id: str, target_id: str, kind: str = "related") -> dict[str, Any]:
+    def link(self, memory_id: str, target_id: str, kind: str = "related") -> LinkMadeJson:
         return self._send(
             _Call(
                 "POST",
@@ -148,21 +170,21 @@ class _Api:
             )
         )
 
-    def unlink(self, memory_id: str, target_id: str, kind: str | None = None) -> dict[str, Any]:
+    def unlink(self, memory_id: str, target_id: str, kind: str | None = None) -> LinksRemovedJson:
         body = _clean({"target_id": target_id, "kind": kind})
         return self._send(_Call("DELETE", f"/memories/{memory_id}/links", json=body))
 
-    def pin(self, memory_id: str) -> dict[str, Any]:
+    def pin(self, memory_id: str) -> PinnedJson:
         """Make a memory an anchor: it never decays, never goes cold."""
         return self._send(_Call("POST", f"/memories/{memory_id}/anchor", retry=True))
 
-    def unpin(self, memory_id: str) -> dict[str, Any]:
+    def unpin(self, memory_id: str) -> PinnedJson:
         return self._send(_Call("DELETE", f"/memories/{memory_id}/anchor", retry=True))
 
     def update_policy(self, **fields: Any) -> dict[str, Any]:
         return self._send(_Call("PATCH", "/policy", json=fields, retry=True))
 
-    def preview_policy(self, **fields: Any) -> dict[str, Any]:
+    def preview_policy(self, **fields: Any) -> PolicyPreviewJson:
         return self._send(_Call("POST", "/policy/preview", json=fields, retry=True))
 
     # --- data rights --------------------------------------------------------------------------
@@ -170,7 +192,7 @@ class _Api:
         """The tenant's memory as JSON lines (``user_id``, ``session_id``, ``since``, ``until``)."""
         return self._send(_Call("GET", "/export", params=_clean(filters), retry=True, parse=bytes))
 
-    def import_lines(self, body: bytes, *, source: str | None = None) -> dict[str, Any]:
+    def import_lines(self, body: bytes, *, source: str | None = None) -> ImportSummaryJson:
         """JSON lines in: this platform's export, mem0 memories or turns (idempotent)."""
         return self._send(
             _Call(
@@ -183,11 +205,13 @@ class _Api:
             )
         )
 
-    def erase_tenant_data(self, *, confirm: str | None = None) -> dict[str, Any]:
+    def erase_tenant_data(self, *, confirm: str | None = None) -> ErasureConfirmJson | ErasureReceiptJson:
         """Without ``confirm``: the token and what would go. With it: the erasure's receipt."""
         return self._send(_Call("DELETE", "/tenant-data", json=_clean({"confirm": confirm})))
 
-    def erase_user(self, user_id: str, *, confirm: str | None = None) -> dict[str, Any]:
+    def erase_user(
+        self, user_id: str, *, confirm: str | None = None
+    ) -> ErasureConfirmJson | ErasureReceiptJson:
         """A person's memory, for good (two calls, as ``erase_tenant_data``)."""
         return self._send(
             _Call("POST", "/forget", json=_clean({"user_id": user_id, "erase": True, "confirm": confirm}))
