@@ -174,6 +174,8 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def cold_tags(episode: Episode) -> list[str]:
+    """A cold memory's ``tags``: the writer's, then the keywords packing found (stored apart, shown
+    together: docs/concepts.md#the-cold-shape)."""
     return list(dict.fromkeys(list(episode.tags) + list(episode.keywords)))
 
 

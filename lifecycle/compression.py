@@ -80,6 +80,10 @@ class WarmShape:
 
 @dataclass(frozen=True)
 class ColdShape:
+    """A headline and the tags packing found. The episode stores these tags as ``keywords``, apart
+    from the tags its writer gave; a cold memory shows both as its ``tags``
+    (docs/concepts.md#the-cold-shape)."""
+
     headline: str
     tags: list[str] = field(default_factory=list)
     source: str = "extractive"
