@@ -45,7 +45,7 @@ from .quota import PinnedCapExceeded, make_room, pin_check
 from .rollback import RollbackError, rollback_journal_entry
 from .selectors import segmentation_rules
 from .tenant_policy import Policy
-from .tick import STEPS, TickBusy, TickInterrupted, tick_preview, tick_run
+from .tick import STEPS, TickBusy, TickInterrupted, TickPreview, tick_preview, tick_run
 from .updates import Written, updates_after_write, written_of
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "RollbackError",
     "TickBusy",
     "TickInterrupted",
+    "TickPreview",
     "candidate_approve",
     "candidate_reject",
     "episode_edit",

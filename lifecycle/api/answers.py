@@ -11,7 +11,7 @@ from episodes.models import Layer
 from episodes.shapes import Memory, MemoryItem
 from memory_platform.api.answers import one_of
 
-from ..tick import TickPreview
+from ..services import TickPreview
 
 #: A memory in its layer's shape, as a write, a read or a restore answers it.
 MEMORY = one_of("Memory", *Memory.__args__)
