@@ -146,7 +146,7 @@ def _days(raw: str | None) -> int:
 
 
 def tenant_rows(
-    tenants: Sequence[Tenant] | Any, now: datetime, stats: Mapping[Any, dict[str, Any]] | None = None
+    tenants: Sequence[Tenant] | Any, now: datetime, stats: Mapping[Any, Mapping[str, Any]] | None = None
 ) -> list[dict[str, Any]]:
     """The home's row for each tenant."""
     tenants = list(tenants)
