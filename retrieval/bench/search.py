@@ -41,6 +41,7 @@ from retrieval.query import SearchQuery
 from retrieval.services import record_access, search
 from rights.deletion import drop_tenant
 
+from .floor import measure_floor
 from .text import sentence
 
 BATCH = 2000
@@ -314,6 +315,7 @@ def run_search_bench(
             measure_service(tenant, warm, True)
             measure_http(server.port, secret, warm, True)
             measure_http(server.port, secret, warm, False)
+            measured = []
             for label, over_http, with_vector in (
                 ("service, caller vector", False, True),
                 ("service, local embedding", False, False),
@@ -326,6 +328,25 @@ def run_search_bench(
                     if over_http
                     else measure_service(tenant, qs, with_vector)
                 )
+                measured.append((label, with_vector, _percentiles(times)))
+            log("  measuring the floor: the embedding, Redis and Postgres alone")
+            floor = measure_floor(tenant, qs)
+            floors = {True: _percentiles(floor.stores()), False: _percentiles(floor.with_embedding())}
+            for label, with_vector, figures in measured:
+                ratio = (
+                    round(figures["p95"] / floors[with_vector]["p95"], 2)
+                    if floors[with_vector]["p95"]
+                    else None
+                )
+                row = {"episodes": size, "path": label, "queries": len(qs), **figures, "floor_ratio": ratio}
+                results.append(row)
+            for label, times in (
+                ("floor: embedding", floor.embedding),
+                ("floor: hot (Redis)", floor.hot),
+                ("floor: packed (Postgres)", floor.packed),
+                ("floor: slower store", floor.stores()),
+                ("floor: + embedding", floor.with_embedding()),
+            ):
                 results.append({"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)})
             if kept is None and not keep:
                 loaded.append(tenant)
@@ -341,9 +362,16 @@ def run_search_bench(
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'episodes':>9}  {'path':<26}{'queries':>8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"]
+    """The platform's paths with their p95 over the floor's (the slower store, plus the embedding
+    where the platform embeds), then the floor's parts."""
+    head = (
+        f"{'episodes':>9}  {'path':<26}{'queries':>8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'p95/floor':>11}"
+    )
+    lines = [head]
     for r in rows:
+        ratio = r.get("floor_ratio")
         lines.append(
             f"{r['episodes']:>9}  {r['path']:<26}{r['queries']:>8}{r['p50']:>9}{r['p95']:>9}{r['p99']:>9}"
+            f"{f'{ratio}x' if ratio is not None else '':>11}"
         )
     return "\n".join(lines)

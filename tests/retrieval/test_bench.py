@@ -28,10 +28,24 @@ def test_bench_search_measures_every_path_and_leaves_nothing_behind(monkeypatch)
         "service, local embedding",
         "HTTP, caller vector",
         "HTTP, local embedding",
+        "floor: embedding",
+        "floor: hot (Redis)",
+        "floor: packed (Postgres)",
+        "floor: slower store",
+        "floor: + embedding",
     ]
     for row in rows:
         assert row["episodes"] == 300 and row["queries"] == 10
         assert 0 < row["p50"] <= row["p95"] <= row["p99"]
+    by_path = {r["path"]: r for r in rows}
+    # Each platform path is compared with its floor: the slower store, plus the embedding where
+    # the platform embeds the query.
+    for path, floor in (
+        ("service, caller vector", "floor: slower store"),
+        ("HTTP, local embedding", "floor: + embedding"),
+    ):
+        assert by_path[path]["floor_ratio"] == round(by_path[path]["p95"] / by_path[floor]["p95"], 2)
+    assert by_path["floor: + embedding"]["p50"] > by_path["floor: slower store"]["p50"]
     assert Tenant.objects.count() == tenants  # the loaded tenant is dropped
 
 

@@ -1,0 +1,96 @@
+"""What a search cannot do without, timed apart, for `bench search` (docs/benchmarks.md#the-floor).
+
+For each measured query, in the same run as the platform's own figures:
+
+- the query's embedding alone (the local model, as a search without a caller vector pays it);
+- one bare round trip to the tenant's hot index: its KNN and its full text, pipelined, ids only;
+- one bare statement on its warm and cold rows: the nearest packed turns by pgvector and the packed
+  turns matching the query's words by full text, ids only.
+
+The floor of a query is the slower of the two stores (the platform may ask both at once), plus the
+embedding where the platform embeds. What the platform adds above it (Python, the ranking, the
+shapes, the priority, JSON, HTTP) is its p95 divided by the floor's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from episodes.language import TEXT_CONFIG, query_terms, query_text
+from episodes.stores.hot import hot_store
+from episodes.stores.tables import EPISODES, TURNS
+from memory_platform import db
+from memory_platform.conf import memory_settings
+from memory_platform.embeddings import get_embedder
+from memory_platform.redis_client import get_redis
+from memory_platform.tenancy.models import Tenant
+
+_PACKED = (
+    f"FROM {TURNS} t JOIN {EPISODES} e ON e.id = t.episode_id "
+    "WHERE t.tenant_id = %s AND t.packed AND e.tenant_id = %s"
+)
+#: The nearest packed turns and the packed turns holding the query's words, in one statement.
+_STATEMENT = (
+    f"(SELECT t.id {_PACKED} AND t.embedding IS NOT NULL ORDER BY t.embedding <=> %s::vector LIMIT %s) "
+    f"UNION ALL (SELECT t.id {_PACKED} AND t.window_vector @@ plainto_tsquery('{TEXT_CONFIG}', %s) "
+    f"ORDER BY ts_rank(t.window_vector, plainto_tsquery('{TEXT_CONFIG}', %s)) DESC LIMIT %s)"
+)
+
+
+@dataclass
+class Floor:
+    """Milliseconds per query, by part."""
+
+    embedding: list[float] = field(default_factory=list)
+    hot: list[float] = field(default_factory=list)
+    packed: list[float] = field(default_factory=list)
+
+    def stores(self) -> list[float]:
+        """Per query, the slower of the two stores."""
+        return [max(h, p) for h, p in zip(self.hot, self.packed, strict=True)]
+
+    def with_embedding(self) -> list[float]:
+        return [s + e for s, e in zip(self.stores(), self.embedding, strict=True)]
+
+
+def _timed(call: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    call()
+    return (time.perf_counter() - started) * 1000
+
+
+def _hot_query(index: str, vector: np.ndarray, words: Sequence[str], k: int) -> Callable[[], object]:
+    blob = np.asarray(vector, dtype=np.float32).tobytes()
+    text = "@text:(" + "|".join(words) + ")" if words else None
+
+    def run() -> object:
+        pipe = get_redis().pipeline(transaction=False)
+        pipe.execute_command(
+            "FT.SEARCH", index, f"*=>[KNN {k} @embedding $v]", "PARAMS", 2, "v", blob,
+            "NOCONTENT", "LIMIT", 0, k, "DIALECT", 2,
+        )  # fmt: skip
+        if text:
+            pipe.execute_command("FT.SEARCH", index, text, "NOCONTENT", "LIMIT", 0, k, "DIALECT", 2)
+        return pipe.execute()
+
+    return run
+
+
+def measure_floor(tenant: Tenant, queries: list[tuple[str, list[float]]]) -> Floor:
+    """Each part of each query, timed alone (the same queries the platform is timed on)."""
+    k = int(memory_settings.SEARCH_CANDIDATES)
+    embedder = get_embedder("local")
+    tenant_hex = tenant.id.hex
+    index = hot_store().ensure_index(tenant_hex)
+    floor = Floor()
+    for text, vector in queries:
+        floor.embedding.append(_timed(lambda: embedder.embed_one(text)))  # noqa: B023 - called at once
+        floor.hot.append(_timed(_hot_query(index, np.asarray(vector), query_terms(text).words, k)))
+        lexemes = query_text(text)
+        args = [tenant.pk, tenant.pk, db.Vector(vector), k, tenant.pk, tenant.pk, lexemes, lexemes, k]
+        floor.packed.append(_timed(lambda: db.fetch(_STATEMENT, args)))  # noqa: B023 - called at once
+    return floor
