@@ -162,7 +162,10 @@ def without_nul(result: dict[str, Any], generator: Any, request: Any, public: bo
         kinds = schema.get("type")
         kinds = kinds if isinstance(kinds, list) else [kinds]
         if "string" in kinds and "enum" not in schema and "format" not in schema:
-            schema.update(copy.deepcopy(NO_NUL))
+            # A string that may be null (in an answer): a pattern holds for null, so its `not` would refuse it.
+            schema.update(
+                {"not": {"type": "string", **NO_NUL["not"]}} if "null" in kinds else copy.deepcopy(NO_NUL)
+            )
         if (
             "object" in kinds
             and "properties" not in schema
