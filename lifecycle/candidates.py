@@ -216,7 +216,7 @@ def _survival_ranks(
 # --- decisions --------------------------------------------------------------------------------------
 def _open(candidate: Candidate) -> Candidate:
     """The candidate's row again, locked (the instance given was read for its tenant)."""
-    candidate_id = candidate.pk
+    candidate_id, named = candidate.pk, candidate.public_id
     candidate = (
         Candidate.objects.for_tenant(candidate.tenant_id)
         .select_for_update()
@@ -225,9 +225,9 @@ def _open(candidate: Candidate) -> Candidate:
         .first()
     )
     if candidate is None:
-        raise CandidateError(f"candidate {candidate_id} does not exist")
+        raise CandidateError(f"candidate {named} does not exist")
     if candidate.status != Candidate.Status.PROPOSED:
-        raise CandidateError(f"candidate {candidate_id} is already {candidate.status}")
+        raise CandidateError(f"candidate {named} is already {candidate.status}")
     return candidate
 
 
@@ -240,9 +240,8 @@ def candidate_approve(*, candidate: Candidate, now: datetime, actor: str) -> Can
         if candidate.kind == Candidate.Kind.MERGE:
             survivor = Episode.objects.visible().filter(tenant=tenant).filter(pk=candidate.other_id).first()
             if survivor is None:
-                raise CandidateError(
-                    f"the episode to merge into (#{candidate.other_id}) is gone or forgotten"
-                )
+                other = candidate.other.public_id if candidate.other is not None else "?"
+                raise CandidateError(f"the memory to merge into ({other}) is gone or forgotten")
             _refuse_across_owners(candidate.episode, survivor)
             link, created = Link.objects.get_or_create(
                 tenant=tenant,
@@ -264,7 +263,9 @@ def candidate_approve(*, candidate: Candidate, now: datetime, actor: str) -> Can
                 after=after,
             )
         except EpisodeNotFound:
-            raise CandidateError(f"episode #{candidate.episode_id} is gone or already forgotten") from None
+            raise CandidateError(
+                f"memory {candidate.episode.public_id} is gone or already forgotten"
+            ) from None
         candidate.status = Candidate.Status.APPLIED
         candidate.decided_at = now
         candidate.decided_by = actor
@@ -277,7 +278,7 @@ def _refuse_across_owners(merged: Episode, survivor: Episode) -> None:
     (the tick proposes none: ``rows.merge_neighbours``)."""
     if rows.merge_scope(merged) != rows.merge_scope(survivor):
         raise CandidateError(
-            f"episode #{merged.pk} ({owner_of(merged)}) and #{survivor.pk} ({owner_of(survivor)}) "
+            f"memory {merged.public_id} ({owner_of(merged)}) and {survivor.public_id} ({owner_of(survivor)}) "
             "belong to different users or agents: a merge stays within one "
             "(docs/decisions/0040-merges-within-one-scope.md); reject it"
         )

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from episodes.models import public_id_field
 from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.scoping import TenantScopedManager
 
@@ -114,6 +115,9 @@ class Candidate(models.Model):
         APPLIED = "applied"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="candidates")
+    #: What the API calls the proposal (``episodes.public_ids``): its integer key counts every
+    #: tenant's proposals.
+    public_id = public_id_field()
     kind = models.CharField(max_length=6, choices=Kind.choices)
     episode = models.ForeignKey(
         "episodes.Episode",
@@ -143,6 +147,7 @@ class Candidate(models.Model):
         ordering = ("-created_at", "-id")
         indexes = [models.Index(fields=["tenant", "status", "kind"], name="candidate_tenant_status")]
         constraints = [
+            models.UniqueConstraint(fields=["tenant", "public_id"], name="candidate_tenant_public_id"),
             # One open proposal per (kind, episode, other): a tick run twice proposes nothing new.
             models.UniqueConstraint(
                 fields=["kind", "episode", "other"],

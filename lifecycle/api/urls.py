@@ -2,7 +2,7 @@ from django.urls import path
 
 from episodes.api import converters as converters  # registers <memory:...>
 
-from . import views
+from . import candidates, views
 
 urlpatterns = [
     path("memories", views.MemoriesView.as_view(), name="memories"),
@@ -13,4 +13,15 @@ urlpatterns = [
     path("stats", views.StatsView.as_view(), name="stats"),
     path("policy", views.PolicyView.as_view(), name="policy"),
     path("policy/preview", views.PolicyPreviewView.as_view(), name="policy-preview"),
+    path("candidates", candidates.CandidatesView.as_view(), name="candidates"),
+    path(
+        "candidates/<str:candidate_id>/approve",
+        candidates.CandidateApproveView.as_view(),
+        name="candidate-approve",
+    ),
+    path(
+        "candidates/<str:candidate_id>/reject",
+        candidates.CandidateRejectView.as_view(),
+        name="candidate-reject",
+    ),
 ]
