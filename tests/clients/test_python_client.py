@@ -27,7 +27,7 @@ from memory_platform_client import (
 )
 from memory_platform_client.client import _Api
 
-from tests.conftest import Caller
+from tests.conftest import Caller, pk
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -165,3 +165,26 @@ def test_every_endpoint_of_the_schema_has_a_client_method(client):
             if not any(m == method.upper() and pattern.match(p) for m, p in called):
                 missing.append(f"{method.upper()} {path}")
     assert missing == [], f"endpoints without a client method: {missing}"
+
+
+def test_the_review_queue_through_the_client(live_server, team):
+    from lifecycle.models import Candidate
+
+    with MemoryClient(live_server.url, team.secret) as client:
+        a = client.add_memory("Prefers tea in the morning", user_id="dad")
+        b = client.add_memory("Likes tea in the mornings", user_id="dad")
+        proposal = Candidate.objects.create(
+            tenant=team.tenant,
+            kind="merge",
+            episode_id=pk(a.id),
+            other_id=pk(b.id),
+            similarity=0.97,
+            score=0.1,
+        )
+        [queued] = client.candidates()["results"]
+        assert queued["id"] == proposal.public_id and queued["memory"]["id"] == a.id
+        assert queued["other"] is not None and queued["other"]["text"] == "Likes tea in the mornings"
+        assert client.reject_candidate(queued["id"])["status"] == "rejected"
+        assert client.candidates()["results"] == []
+        with pytest.raises(NotFound):
+            client.approve_candidate("01JZZZZZZZZZZZZZZZZZZZZZZZ")

@@ -20,6 +20,8 @@ import httpx
 from .errors import RateLimited, Unavailable, error_for
 from .types import (
     ActivationAnswerJson,
+    CandidatePageJson,
+    CandidateReviewJson,
     ContextAnswerJson,
     ErasureConfirmJson,
     ErasureReceiptJson,
@@ -156,6 +158,20 @@ class _Api:
     def forget_where(self, **filters: Any) -> SoftForgottenJson:
         """Soft forget by filter or by retrievability (``dry_run`` first, if unsure)."""
         return self._send(_Call("POST", "/forget", json=filters))
+
+    def candidates(
+        self, *, status: str = "proposed", kind: str | None = None, limit: int | None = None
+    ) -> CandidatePageJson:
+        """Merge and delete proposals with both memories side by side (scope ``admin``)."""
+        params = _clean({"status": status, "kind": kind, "limit": limit})
+        return self._send(_Call("GET", "/candidates", params=params, retry=True))
+
+    def approve_candidate(self, candidate_id: str) -> CandidateReviewJson:
+        """Apply a proposal softly (forget, or link and forget), journaled (scope ``admin``)."""
+        return self._send(_Call("POST", f"/candidates/{candidate_id}/approve"))
+
+    def reject_candidate(self, candidate_id: str) -> CandidateReviewJson:
+        return self._send(_Call("POST", f"/candidates/{candidate_id}/reject"))
 
     def restore(self, memory_id: str) -> MemoryJson:
         return self._send(_Call("POST", f"/memories/{memory_id}/restore", retry=True))

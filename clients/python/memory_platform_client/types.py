@@ -318,6 +318,37 @@ class SoftForgottenJson(TypedDict):
     ids: list[str]
 
 
+class CandidateMemoryJson(TypedDict):
+    id: str
+    title: str
+    text: str
+    layer: str
+    state: str
+    user_id: str
+    agent_id: str
+    session_id: str
+    last_occurred_at: str | None
+
+
+class CandidateReviewJson(TypedDict):
+    """A merge or delete proposal, both memories side by side (``candidates``)."""
+
+    id: str
+    kind: str
+    status: str
+    score: float
+    similarity: float | None
+    created_at: str
+    decided_at: str | None
+    decided_by: str
+    memory: CandidateMemoryJson
+    other: CandidateMemoryJson | None
+
+
+class CandidatePageJson(TypedDict):
+    results: list[CandidateReviewJson]
+
+
 # --- what the client sends, and reads the answers into --------------------------------------------
 
 
