@@ -145,7 +145,7 @@ def search(
     k = max(weights.candidates, query.limit * 3)
     layers = query.scope.layers or ALL_LAYERS
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
-    layers_version = archive.layers_version_if_any(tenant.pk, archive_layers) if archive_layers else None
+    layers_version = archive.layers_version_if_any(tenant, archive_layers) if archive_layers else None
     if layers_version is None:
         # Nothing packed yet (a young tenant): the warm/cold statements would find nothing,
         # and planning them costs more than this look at the (tenant, layer) index.

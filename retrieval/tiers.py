@@ -53,16 +53,15 @@ class Tiers:
             self.archive_scopes.append(query.scope.replace(layers=(Layer.HOT,), episode_ids=tuple(missed)))
         self.scope = query.scope
         # The share of the tenant's turns in warm and cold, which weighs the tiers' text lists:
-        # counted again once an episode has moved since (``layers_version``, ``archive.holding``).
+        # counted again once an episode has moved since (the tenant's ``layers_version``).
         self.packed_share = 0.0
         if self.archive_scopes and hot:
-            total, packed = archive.turn_counts(str(tenant.id), layers_version)
+            total, packed = archive.turn_counts(tenant, layers_version)
             self.packed_share = packed / total if total else 0.0
         elif self.archive_scopes:
             self.packed_share = 1.0
 
     def fuse(self, vector: np.ndarray | None, text: str | None) -> Fusion:
-        tenant_id = str(self.tenant.id)
         words = text or ""
         # At once: the hot tier's search in a worker thread (BM25, then KNN with the query moved
         # towards its best matches), the packed turns' vector candidates for the query as it came
@@ -74,7 +73,7 @@ class Tiers:
             hit
             for scope in (self.archive_scopes if text is not None else [])
             for hit in archive.text_search(
-                tenant_id, text=words, scope=scope, k=self.k, raw_turns=self.raw_turns
+                self.tenant, text=words, scope=scope, k=self.k, raw_turns=self.raw_turns
             )
         ]
         if pending is not None:
@@ -121,7 +120,7 @@ class Tiers:
             hit
             for scope in self.archive_scopes
             for hit in archive.vector_candidates(
-                str(self.tenant.id), vector=vector, scope=scope, k=self.k, raw_turns=self.raw_turns
+                self.tenant, vector=vector, scope=scope, k=self.k, raw_turns=self.raw_turns
             )
         ]
 
@@ -146,7 +145,7 @@ class Tiers:
         unknown = [m for m in packed if (m.episode_id, m.turn_id) not in known]
         if unknown:
             found += archive.vectors_of(
-                str(self.tenant.id),
+                self.tenant,
                 [m.turn_id for m in unknown if m.turn_id is not None],
                 [m.episode_id for m in unknown if m.turn_id is None],
             )

@@ -16,6 +16,7 @@ from django.db import connection
 from episodes.language import TEXT_CONFIG, query_text
 from episodes.models import Layer
 from memory_platform import db
+from memory_platform.tenancy.models import Tenant
 from memory_platform.ttl_cache import ttl_cached
 
 from ..scope import ALL_LAYERS, Scope
@@ -57,11 +58,12 @@ _TWO_WORDS_QUERY = (
 )
 
 
-def turn_counts(tenant_id: str, layers_version: int | None = None) -> tuple[int, int]:
+def turn_counts(tenant: Tenant, layers_version: int | None = None) -> tuple[int, int]:
     """How many turns the tenant has, and how many of them are packed; cached per process for
     ``PACKED_COUNT_TTL`` seconds, and counted again as soon as ``layers_version`` (the tenant's,
     which every move between layers changes: ``holding``) is not the one counted at. None takes
     whatever is cached. They choose a plan and weigh the tiers' text lists (``retrieval.ranking``)."""
+    tenant_id = str(tenant.pk)
 
     def compute() -> tuple[int | None, tuple[int, int]]:
         with connection.cursor() as cursor:
@@ -78,12 +80,12 @@ def turn_counts(tenant_id: str, layers_version: int | None = None) -> tuple[int,
     return cast(tuple[int, int], ttl_cached(_packed_count_cache, tenant_id, PACKED_COUNT_TTL, compute)[1])
 
 
-def packed_turns(tenant_id: str) -> int:
+def packed_turns(tenant: Tenant) -> int:
     """How many packed turns the tenant has (see ``turn_counts``)."""
-    return turn_counts(tenant_id)[1]
+    return turn_counts(tenant)[1]
 
 
-def layers_version_if_any(tenant_id: Any, layers: tuple[str, ...]) -> int | None:
+def layers_version_if_any(tenant: Tenant, layers: tuple[str, ...]) -> int | None:
     """The tenant's ``layers_version`` when it has any episode in these layers (any state), else
     None.
 
@@ -91,6 +93,7 @@ def layers_version_if_any(tenant_id: Any, layers: tuple[str, ...]) -> int | None
     autovacuum has not analysed since) is estimated to hold thousands of such rows, so it
     scans the table for the first one. Ordering by the `(tenant, layer)` index's own columns
     makes the index the only cheap plan, an index-only scan (docs/decisions/0005)."""
+    tenant_id = tenant.pk
     row = db.fetch_one(
         f"SELECT (SELECT layers_version FROM {TENANTS} WHERE id = %s) FROM {EPISODES} "
         "WHERE tenant_id = %s AND layer = ANY(%s) ORDER BY tenant_id, layer LIMIT 1",
@@ -111,7 +114,7 @@ class ArchiveHit:
     vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
-def _plan(tenant_id: str, scope: Scope, raw_turns: bool) -> tuple[bool, bool, str, list[Any]]:
+def _plan(tenant: Tenant, scope: Scope, raw_turns: bool) -> tuple[bool, bool, str, list[Any]]:
     """(exact, shapes, WHERE on ``e``, its parameters). Two plans, by the tenant's size. Up to
     EXACT_PACKED_TURNS packed turns, everything is exact and complete: packed turns and episode
     centroids ranked by true distance, full text over every lexeme. Above, the approximate
@@ -124,13 +127,13 @@ def _plan(tenant_id: str, scope: Scope, raw_turns: bool) -> tuple[bool, bool, st
     episodes; on the approximate plan the raw turns cover what they say."""
     layers = scope.layers or ALL_LAYERS
     where, params = scope.sql("e")
-    exact = packed_turns(tenant_id) <= EXACT_PACKED_TURNS
+    exact = packed_turns(tenant) <= EXACT_PACKED_TURNS
     shapes = not raw_turns or exact or Layer.HOT in layers
-    return exact, shapes, f"e.tenant_id = %s AND {where}", [tenant_id, *params]
+    return exact, shapes, f"e.tenant_id = %s AND {where}", [tenant.pk, *params]
 
 
 def vector_candidates(
-    tenant_id: str, *, vector: np.ndarray, scope: Scope, k: int, raw_turns: bool = True
+    tenant: Tenant, *, vector: np.ndarray, scope: Scope, k: int, raw_turns: bool = True
 ) -> list[ArchiveHit]:
     """The packed turns (and, where searched, episode centroids) nearest ``vector``: ``RESCORED``
     times ``k`` of them, each with the vector it is compared by, so that ``rescored`` can rank them
@@ -141,7 +144,8 @@ def vector_candidates(
     its window (``episodes.indexing.turn_documents``), so a turn scores the same in either tier and
     the two tiers' lists merge by score. The exact plan orders by that; the approximate one walks
     the HNSW graph of own embeddings."""
-    exact, shapes, where, params = _plan(tenant_id, scope, raw_turns)
+    exact, shapes, where, params = _plan(tenant, scope, raw_turns)
+    tenant_id = tenant.pk
     literal = db.Vector(vector)
     parts: list[str] = []
     args: list[Any] = []
@@ -199,7 +203,7 @@ def rescored(candidates: list[Scored], vector: np.ndarray, k: int) -> list[Score
 
 
 def text_search(
-    tenant_id: str, *, text: str, scope: Scope, k: int, raw_turns: bool = True
+    tenant: Tenant, *, text: str, scope: Scope, k: int, raw_turns: bool = True
 ) -> list[ArchiveHit]:
     """Full-text matches, best first: packed turns matching all the query's lexemes, then those
     of the broad pass, then episodes by their own text (summary, key points, headline). A packed
@@ -218,7 +222,8 @@ def text_search(
     if not text.strip():
         return []
     text = query_text(text)
-    exact, shapes, where, params = _plan(tenant_id, scope, raw_turns)
+    exact, shapes, where, params = _plan(tenant, scope, raw_turns)
+    tenant_id = tenant.pk
     broad = _ANY_WORD_QUERY if exact else _TWO_WORDS_QUERY
     cap = TEXT_CANDIDATES_EXACT if exact else TEXT_CANDIDATES
     parts: list[str] = []
@@ -258,11 +263,12 @@ def text_search(
     return hits
 
 
-def vectors_of(tenant_id: str, turn_ids: list[int], episode_ids: list[int]) -> list[np.ndarray]:
+def vectors_of(tenant: Tenant, turn_ids: list[int], episode_ids: list[int]) -> list[np.ndarray]:
     """The vectors these packed turns (as ``vector_candidates`` returns them) and episodes (their
     centroids) are searched by: what a query is moved towards (pseudo-relevance feedback)."""
     if not turn_ids and not episode_ids:
         return []
+    tenant_id = tenant.pk
     rows = db.fetch(
         f"SELECT coalesce(embedding + context_embedding, embedding) FROM {TURNS} "
         f"WHERE tenant_id = %s AND id = ANY(%s) AND embedding IS NOT NULL "

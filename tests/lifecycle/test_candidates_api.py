@@ -43,7 +43,9 @@ def test_the_queue_shows_both_memories_with_their_users_and_rounded_figures(oper
     assert item["memory"]["text"] == "Prefers tea in the morning."
     assert item["other"]["text"] == "Likes tea in the mornings."
     assert item["memory"]["user_id"] == item["other"]["user_id"] == "u-ann"
-    assert item["memory"]["id"] == Episode.objects.across_tenants("test").get(pk=candidate.episode_id).public_id
+    assert (
+        item["memory"]["id"] == Episode.objects.across_tenants("test").get(pk=candidate.episode_id).public_id
+    )
     assert operator.get("/api/v1/candidates", {"status": "applied"}).json()["results"] == []
     assert operator.get("/api/v1/candidates", {"kind": "delete"}).json()["results"] == []
 
@@ -56,9 +58,11 @@ def test_approve_applies_softly_and_journals_reject_keeps_both(operator):
     assert approved.json()["status"] == "applied" and approved.json()["decided_by"].startswith("api:")
     gone = Episode.objects.across_tenants("test").get(pk=merged.episode_id)
     assert gone.state == State.FORGOTTEN  # soft: restorable within the grace period
-    assert JournalEntry.objects.across_tenants("test").filter(
-        tenant=operator.tenant, action="merge", episode_id_value=merged.episode_id
-    ).exists()
+    assert (
+        JournalEntry.objects.across_tenants("test")
+        .filter(tenant=operator.tenant, action="merge", episode_id_value=merged.episode_id)
+        .exists()
+    )
 
     rejected = operator.post(f"/api/v1/candidates/{kept.public_id}/reject")
     assert rejected.status_code == 200 and rejected.json()["status"] == "rejected"

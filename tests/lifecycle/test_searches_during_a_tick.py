@@ -74,18 +74,18 @@ def test_the_split_between_the_tiers_is_counted_again_after_a_move(provided):
     second = conversation(tenant, session="b", idle_days=60, seed=2)
     conversation(outsider, session="a", idle_days=60, seed=3)
     episode_pack(tenant=tenant, episode_id=first, layer="warm", now=NOW, actor="test")
-    version = archive.layers_version_if_any(tenant.pk, ("warm", "cold"))
+    version = archive.layers_version_if_any(tenant, ("warm", "cold"))
     assert version is not None
-    assert archive.turn_counts(str(tenant.pk), version) == (10, 5)
+    assert archive.turn_counts(tenant, version) == (10, 5)
 
     episode_pack(tenant=tenant, episode_id=second, layer="cold", now=NOW, actor="test")
-    moved = archive.layers_version_if_any(tenant.pk, ("warm", "cold"))
+    moved = archive.layers_version_if_any(tenant, ("warm", "cold"))
     # Two moves (hot -> warm -> cold), counted at once, not when the cached split expires.
     assert moved == version + 2
-    assert archive.turn_counts(str(tenant.pk), moved) == (10, 10)
-    assert archive.turn_counts(str(tenant.pk)) == (10, 10)  # no version: whatever is cached
+    assert archive.turn_counts(tenant, moved) == (10, 10)
+    assert archive.turn_counts(tenant) == (10, 10)  # no version: whatever is cached
     # Another tenant's moves are not ours, and ours not its.
-    assert archive.layers_version_if_any(outsider.pk, ("warm", "cold")) is None
+    assert archive.layers_version_if_any(outsider, ("warm", "cold")) is None
     assert Tenant.objects.get(pk=outsider.pk).layers_version == 0
 
 

@@ -149,7 +149,7 @@ def test_a_packed_turn_is_found_by_the_words_of_its_window_as_its_hot_document_w
     pack(episode_id, "warm")
     # Neither turn holds every word; each window does (the kettle's window lacks the lecture).
     assert window_matches(caller.tenant, words) == {ids[0], ids[1]}
-    found = text_search(str(caller.tenant.id), text=words, scope=Scope(layers=("warm",)), k=10)
+    found = text_search(caller.tenant, text=words, scope=Scope(layers=("warm",)), k=10)
     assert found[0].turn_id in {ids[0], ids[1]}
 
     # A turn written into a packed episode rewrites its neighbours' windows.
@@ -178,9 +178,9 @@ def test_the_tiers_shares_follow_a_move_once_the_cached_counts_expire(caller, mo
     assert archive.PACKED_COUNT_TTL <= 10
     monkeypatch.setattr(archive, "_packed_count_cache", {})
     ids = [turns(caller, f"s{i}", [f"note {i}", "ok"])["episode_ids"][0] for i in range(3)]
-    tenant_id = str(caller.tenant.id)
-    assert archive.turn_counts(tenant_id) == (6, 0)
+    tenant = caller.tenant
+    assert archive.turn_counts(tenant) == (6, 0)
     pack(ids[0], "warm")
-    assert archive.turn_counts(tenant_id) == (6, 0)  # cached
+    assert archive.turn_counts(tenant) == (6, 0)  # cached
     monkeypatch.setattr(archive, "PACKED_COUNT_TTL", 0.0)
-    assert archive.turn_counts(tenant_id) == (6, 2)
+    assert archive.turn_counts(tenant) == (6, 2)

@@ -227,7 +227,7 @@ def test_both_warm_cold_plans_find_a_packed_episode_by_vector_and_by_words(calle
     ]
     for episode_id in [target, *others]:
         pack(episode_id, "warm")
-    assert archive.packed_turns(str(caller.tenant.id)) == 10
+    assert archive.packed_turns(caller.tenant) == 10
     by_words = caller.post("/api/v1/search", {"query": "greyhound comet", "layers": ["warm"]}).json()
     assert by_words["results"][0]["episode_id"] == target
     vector = get_embedder("local").embed_one("a dog called comet joined my sister's family").tolist()
@@ -256,9 +256,7 @@ def test_a_packed_turn_scores_what_its_hot_document_scored(caller, monkeypatch, 
         packed = {
             h.turn_id: h.score
             for h in archive.rescored(
-                archive.vector_candidates(
-                    str(caller.tenant.id), vector=vector, scope=Scope(layers=("warm",)), k=10
-                ),
+                archive.vector_candidates(caller.tenant, vector=vector, scope=Scope(layers=("warm",)), k=10),
                 vector,
                 10,
             )
@@ -286,7 +284,7 @@ def test_the_broad_full_text_pass_is_any_word_when_exact_and_any_two_words_at_sc
     for episode_id in episodes.values():
         pack(episode_id, "warm")
     text_hits = archive.text_search(
-        str(caller.tenant.id),
+        caller.tenant,
         text="did my sister walk her greyhound by the canal?",  # no row holds every word
         scope=Scope(layers=("warm",), states=("active",)),
         k=10,
@@ -306,7 +304,7 @@ def test_the_all_words_pass_ranks_at_most_its_cap_of_matches(caller, monkeypatch
     for i in range(5):
         pack(turns(caller, f"s{i}", [f"the greyhound ran lap {i}", "ok"])["episode_ids"][0], "warm")
     text_hits = archive.text_search(
-        str(caller.tenant.id),
+        caller.tenant,
         text="the greyhound",  # one word after the stopwords: the two-word pass has nothing
         scope=Scope(layers=("warm",), states=("active",)),
         raw_turns=False,  # the episodes' own text

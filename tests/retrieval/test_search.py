@@ -275,12 +275,12 @@ def test_warm_and_cold_are_searched_only_for_tenants_holding_packed_episodes(cal
 
     outsider = Caller("outsider-co")
     mine = turns(outsider, "trip", ["I booked a flight to Lisbon as well"])["episode_ids"]
-    assert archive.layers_version_if_any(caller.tenant.pk, ("warm", "cold")) is None
+    assert archive.layers_version_if_any(caller.tenant, ("warm", "cold")) is None
 
     pack(corpus["trip"], "warm")
-    assert archive.layers_version_if_any(caller.tenant.pk, ("warm", "cold")) is not None
-    assert archive.layers_version_if_any(caller.tenant.pk, ("cold",)) is None
-    assert archive.layers_version_if_any(outsider.tenant.pk, ("warm", "cold")) is None
+    assert archive.layers_version_if_any(caller.tenant, ("warm", "cold")) is not None
+    assert archive.layers_version_if_any(caller.tenant, ("cold",)) is None
+    assert archive.layers_version_if_any(outsider.tenant, ("warm", "cold")) is None
     # Found the moment it is packed (nothing about it is cached), and never by the outsider.
     found = search(caller, "Lisbon conference flight")["results"]
     assert (found[0]["episode_id"], found[0]["layer"]) == (corpus["trip"], "warm")
