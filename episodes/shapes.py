@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated, Any, NotRequired, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired, TypedDict, TypeVar
 
 from typing_extensions import Doc
 
-from .models import Episode, Layer, State
+from .layers import Layer, State
+
+if TYPE_CHECKING:
+    from .models import Episode
 
 ISO = Doc("ISO 8601")
 
