@@ -53,7 +53,7 @@ lint: install
 	$(VENV)/bin/lint-imports
 
 typecheck: install
-	DEBUG=1 $(VENV)/bin/mypy memory_platform episodes retrieval lifecycle clients/python/memory_platform_client
+	DEBUG=1 $(VENV)/bin/mypy memory_platform episodes lifecycle rights retrieval console clients/python/memory_platform_client
 
 pytest: install browser
 	CHROMIUM="$(CHROMIUM)" $(VENV)/bin/pytest
