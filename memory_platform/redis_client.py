@@ -11,6 +11,13 @@ When Redis stops answering, the circuit opens after ``Circuit.failures`` network
 ``redis.ConnectionError``, which callers already treat as an outage) instead of each request
 waiting for a socket timeout. Every ``Circuit.open_seconds`` one call goes through as a probe; its
 answer closes the circuit (docs/decisions/0037-queries-that-cannot-stall-the-engines.md).
+
+``REDIS_URL=redis+cluster://[[user]:password@]host:port[,host:port...]`` (``rediss+cluster://`` over
+TLS) makes both clients redis-py's ``RedisCluster``: each node its own pool and circuit, so a lost
+master fails its own tenants' calls at once and nobody else's. Every key of a tenant carries its
+hash tag, so its keys share one slot; a command that names no key of its own, or whose key
+redis-py does not route by (RediSearch's index names), is sent to the master of a key's slot with
+``on_owner_of`` (docs/decisions/0052-hot-tier-on-redis-cluster.md).
 """
 
 from __future__ import annotations
@@ -18,11 +25,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, unquote
 
 import redis
 from django.conf import settings
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
 from memory_platform.conf import memory_settings
@@ -87,9 +97,11 @@ class _Guarded:
 
     circuit: Circuit
 
-    def __init__(self, *args: Any, circuit: Circuit, **kwargs: Any):
-        self.circuit = circuit
+    def __init__(self, *args: Any, circuit: Circuit | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        # A cluster's nodes are learnt as it answers: each node's connections share the circuit
+        # of its address.
+        self.circuit = circuit or circuit_for(f"{self.host}:{self.port}")  # type: ignore[attr-defined]
 
     def _asked(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self.circuit.before()
@@ -131,8 +143,13 @@ def _guarded(connection_class: type) -> type:
     return _guarded_classes[connection_class]
 
 
+#: A client of one server, or of a cluster (``REDIS_URL=redis+cluster://...``).
+Client = redis.Redis | RedisCluster
+
+CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme: over TLS
+
 _circuits: dict[str, Circuit] = {}
-_clients: dict[tuple[str, bool], redis.Redis] = {}
+_clients: dict[tuple[str, bool], Client] = {}
 
 
 def circuit_for(url: str) -> Circuit:
@@ -142,7 +159,45 @@ def circuit_for(url: str) -> Circuit:
     return _circuits[url]
 
 
-def get_redis(*, quick: bool = False) -> redis.Redis:
+@dataclass(frozen=True)
+class ClusterAddress:
+    """What a ``redis+cluster://`` URL says: the nodes to start from (any of the cluster's; the
+    rest are learnt from them), the credentials every node takes, TLS or not."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None
+    tls: bool
+
+    @classmethod
+    def parse(cls, url: str) -> ClusterAddress:
+        """``redis+cluster://[[user]:password@]host:port[,host:port...][/0]``; a ``ValueError``
+        says what is wrong. (A cluster has database 0 only.)"""
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme.lower() not in CLUSTER_SCHEMES:
+            raise ValueError(f"a cluster URL starts with redis+cluster:// or rediss+cluster:// (got {url!r})")
+        netloc, _, path = rest.partition("/")
+        if path.split("?", 1)[0] not in ("", "0"):
+            raise ValueError(f"a Redis Cluster has database 0 only (got /{path} in the URL)")
+        userinfo, at, hosts = netloc.rpartition("@")
+        username = password = None
+        if at:
+            user, colon, secret = userinfo.partition(":")
+            username, password = (unquote(user) or None), (unquote(secret) if colon else None)
+        nodes = []
+        for node in hosts.split(","):
+            host, colon, port = node.strip().rpartition(":")
+            if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"each node of a cluster URL is host:port (got {node!r} in {url!r})")
+            nodes.append((host.strip("[]"), int(port)))
+        return cls(tuple(nodes), username, password, CLUSTER_SCHEMES[scheme.lower()])
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.partition("://")[0].lower() in CLUSTER_SCHEMES
+
+
+def get_redis(*, quick: bool = False) -> Client:
     """The client of this process for ``settings.REDIS_URL``: ``quick`` for calls a request waits
     on (their socket timeout is ``MEMORY["REDIS_QUICK_TIMEOUT"]`` seconds), else for background
     work (5 s)."""
@@ -150,25 +205,70 @@ def get_redis(*, quick: bool = False) -> redis.Redis:
     client = _clients.get((url, quick))
     if client is None:
         timeout = float(memory_settings.REDIS_QUICK_TIMEOUT) if quick else 5.0
-        pool = redis.ConnectionPool.from_url(
-            url,
-            socket_timeout=timeout,
-            socket_connect_timeout=min(timeout, 2.0),
-            health_check_interval=30,
-            retry=Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,)),
-            circuit=circuit_for(url),
-        )
-        pool.connection_class = _guarded(pool.connection_class)
-        client = redis.Redis(connection_pool=pool)
+        client = _cluster_client(url, timeout) if is_cluster_url(url) else _server_client(url, timeout)
         _clients[(url, quick)] = client
     return client
+
+
+def _server_client(url: str, timeout: float) -> redis.Redis:
+    pool = redis.ConnectionPool.from_url(
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=min(timeout, 2.0),
+        health_check_interval=30,
+        retry=Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,)),
+        circuit=circuit_for(url),
+    )
+    pool.connection_class = _guarded(pool.connection_class)
+    return redis.Redis(connection_pool=pool)
+
+
+def _cluster_client(url: str, timeout: float) -> RedisCluster:
+    """A ``RedisCluster`` that follows MOVED and ASK (a slot moved by resharding or a failover) and
+    tries a failed call once more, at once, after reading the cluster's slots again."""
+    address = ClusterAddress.parse(url)
+    (host, port), *others = address.nodes
+    # Built from a URL, redis-py gives each node a pool of ``connection_class`` (the circuit's);
+    # the class, not the scheme, says TLS.
+    userinfo = f"{quote(address.username or '', safe='')}:{quote(address.password or '', safe='')}@"
+    return RedisCluster(
+        url=f"redis://{userinfo if address.username or address.password else ''}{host}:{port}/0",
+        startup_nodes=[ClusterNode(h, p) for h, p in others],
+        connection_class=_guarded(redis.SSLConnection if address.tls else redis.Connection),
+        socket_timeout=timeout,
+        socket_connect_timeout=min(timeout, 2.0),
+        retry=Retry(NoBackoff(), 1),
+    )
+
+
+def on_owner_of(client: Client, key: str) -> dict[str, Any]:
+    """The options that send a command to the master of ``key``'s slot on a cluster (none on one
+    server). For commands redis-py would send to a random master: those naming no key (``FT.DEBUG``)
+    and RediSearch's, whose first argument, the index name, is the key the server routes by but
+    redis-py does not (the random master would answer MOVED, and every fifth MOVED makes redis-py
+    read the whole cluster's slots again). A MOVED or ASK still comes when the slot has just moved,
+    and is followed."""
+    if isinstance(client, RedisCluster):
+        return {"target_nodes": client.get_node_from_key(key)}
+    return {}
+
+
+def servers(client: Client) -> list[redis.Redis]:
+    """A client of each master: the one server, or each master of a cluster (for what each holds
+    apart: its index names, its memory, its collector's settings)."""
+    if isinstance(client, RedisCluster):
+        return [client.get_redis_connection(node) for node in client.get_primaries()]
+    return [client]
 
 
 def reset() -> None:
     """Start afresh with a server just (re)started by this process: every pool's connections are
     dropped and every circuit closed."""
     for client in _clients.values():
-        client.connection_pool.disconnect()
+        if isinstance(client, RedisCluster):
+            client.disconnect_connection_pools()
+        else:
+            client.connection_pool.disconnect()
     for circuit in _circuits.values():
         circuit.close()
 
@@ -181,16 +281,28 @@ def info_field(info: Any, name: str, default: Any = None) -> Any:
     return mapping.get(name, default) if value is None else value
 
 
-def refusing_writes(client: redis.Redis) -> str:
+def refusing_writes(client: Client) -> str:
     """Why this Redis refuses writes now ("" when it takes them): full under ``noeviction``, or
-    unreachable. Ingest then leaves its episodes for the repair, and search and ``/readyz`` say so."""
+    unreachable; on a cluster, the first master that is. Ingest then leaves its episodes for the
+    repair, and search and ``/readyz`` say so."""
     try:
-        memory = client.info("memory")
+        nodes = servers(client)
     except (redis.RedisError, OSError) as exc:
         return f"Redis is unavailable ({type(exc).__name__}: {exc})"
-    limit, used = int(memory.get("maxmemory", 0)), int(memory.get("used_memory", 0))
-    policy = memory.get("maxmemory_policy", b"")
-    policy = policy.decode() if isinstance(policy, bytes) else policy
-    if limit and used >= limit and policy == "noeviction":
-        return f"Redis is full ({used} of {limit} bytes, noeviction): it refuses writes"
+    for node in nodes:
+        where = f" at {_address(node)}" if len(nodes) > 1 else ""
+        try:
+            memory = node.info("memory")
+        except (redis.RedisError, OSError) as exc:
+            return f"Redis{where} is unavailable ({type(exc).__name__}: {exc})"
+        limit, used = int(memory.get("maxmemory", 0)), int(memory.get("used_memory", 0))
+        policy = memory.get("maxmemory_policy", b"")
+        policy = policy.decode() if isinstance(policy, bytes) else policy
+        if limit and used >= limit and policy == "noeviction":
+            return f"Redis{where} is full ({used} of {limit} bytes, noeviction): it refuses writes"
     return ""
+
+
+def _address(client: redis.Redis) -> str:
+    kwargs = client.connection_pool.connection_kwargs
+    return f"{kwargs.get('host')}:{kwargs.get('port')}"

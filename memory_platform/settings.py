@@ -83,9 +83,21 @@ def database_from_url(url: str) -> dict:
 
 
 def redis_from_url(url: str) -> str:
+    """One server (``redis://``, ``rediss://``, ``unix://``) or a Redis Cluster
+    (``redis+cluster://[[user]:password@]host:port[,host:port...]``, ``rediss+cluster://``)."""
+    from memory_platform.redis_client import ClusterAddress, is_cluster_url
+
+    if is_cluster_url(url):
+        try:
+            ClusterAddress.parse(url)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"REDIS_URL: {exc}") from None
+        return url
     parts = urlsplit(url)
     if parts.scheme not in {"redis", "rediss", "unix"}:
-        raise ImproperlyConfigured(f"REDIS_URL must be a redis:// URL; got {url!r}")
+        raise ImproperlyConfigured(
+            f"REDIS_URL must be a redis:// URL, or redis+cluster://host:port,... for a cluster; got {url!r}"
+        )
     return url
 
 
@@ -179,6 +191,9 @@ REDIS_URL = redis_from_url(env.str("REDIS_URL")) if EMBEDDED_REDIS is None else 
 
 # --- apps -------------------------------------------------------------------------------------------
 INSTALLED_APPS = [
+    # The console's theme (docs/decisions/0051-console-on-unfold.md): its templates come before the
+    # admin's; the basic config, since the console names its own site (console.site.ConsoleSite).
+    "unfold.apps.BasicAppConfig",
     "console.admin_config.ConsoleAdminConfig",  # django.contrib.admin with the console's site
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -5,7 +5,6 @@ tenant, never a raw filter or index.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -14,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import redis
+from redis.cluster import RedisCluster
 from redis.commands.search.index_definition import IndexDefinition, IndexType
 from redisvl.query import BaseQuery, CountQuery, FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Num, Tag
@@ -21,7 +21,7 @@ from redisvl.schema import IndexSchema
 from redisvl.utils.token_escaper import TokenEscaper
 
 from memory_platform.conf import memory_settings
-from memory_platform.redis_client import get_redis, info_field, refusing_writes
+from memory_platform.redis_client import Client, get_redis, info_field, on_owner_of, refusing_writes, servers
 
 from .. import language
 from ..scope import OWNER_FIELDS, Scope
@@ -44,6 +44,10 @@ def unavailable_reason(exc: BaseException) -> str:
 # How long the first use of a tenant's index waits for RediSearch to index documents already
 # there (an upgrade from the shared index, or documents written while the index was missing).
 INITIAL_SCAN_WAIT = 30.0
+
+# A tenant's slot holding more keys than this on a master (a tenant sharing the slot) is not read
+# key by key to learn whether the tenant's documents are there: its new index scans them.
+_SLOT_KEYS_LOOKED_AT = 1000
 
 # RediSearch's scorer for the hot tier's full text: BM25.
 TEXT_SCORER = "BM25STD"
@@ -110,7 +114,7 @@ def _words_query(
 class HotStore:
     """Redis-backed hot index for one deployment; every method takes the tenant explicitly."""
 
-    def __init__(self, client: redis.Redis | None = None, reader: redis.Redis | None = None):
+    def __init__(self, client: Client | None = None, reader: Client | None = None):
         self.client = client or get_redis()
         #: The client of the searches a request waits on: its socket timeout is short
         #: (``memory_platform.redis_client``).
@@ -136,31 +140,28 @@ class HotStore:
         if name in self._ensured:
             return name
         algorithm = str(memory_settings.HOT_INDEX_ALGORITHM).upper()
-        for outdated in (
-            keys.index_name(tenant_hex, a, base) for base in keys.OUTDATED_BASES for a in keys.ALGORITHMS
-        ):
-            # Its documents hold values this version cannot filter: they go with it, and the
-            # tenant is indexed again from Postgres (`rebuild_hot`, or the next tick's repair).
-            try:
-                self.client.execute_command("FT.DROPINDEX", outdated, "DD")
-            except redis.ResponseError:
-                continue  # no such index
-            logger.warning("dropped outdated hot index %s; run `manage.py rebuild_hot`", outdated)
+        # Their documents hold values this version cannot filter: they go with them, and the
+        # tenant is indexed again from Postgres (`rebuild_hot`, or the next tick's repair).
+        outdated = [
+            keys.untagged_index_name(tenant_hex, a, base)
+            for base in keys.OUTDATED_BASES
+            for a in keys.ALGORITHMS
+        ]
+        for dropped in self._drop_indexes(outdated, with_documents=True):
+            logger.warning("dropped outdated hot index %s; run `manage.py rebuild_hot`", dropped)
+        # Two indexes over the same keys would double memory and write cost: the other
+        # algorithm's, and this one's under its name from before the hash tag.
         stale = [keys.index_name(tenant_hex, a) for a in keys.ALGORITHMS if a != algorithm]
+        stale += [keys.untagged_index_name(tenant_hex, a) for a in keys.ALGORITHMS]
         if not self._legacy_dropped:
             stale += list(keys.LEGACY_INDEXES)
-        for other in stale:
-            # Two indexes over the same keys would double memory and write cost.
-            try:
-                self.client.execute_command("FT.DROPINDEX", other)
-            except redis.ResponseError:
-                continue  # no such index
-            self.client.set(keys.BACKFILL_MARKER, other)
+        for dropped in self._drop_indexes(stale):
+            self.client.set(keys.BACKFILL_MARKER, dropped)
         self._legacy_dropped = True
         try:
-            self.client.execute_command("FT.INFO", name)
+            self.client.execute_command("FT.INFO", name, **on_owner_of(self.client, name))
         except redis.ResponseError:
-            backfill = bool(self.client.exists(keys.BACKFILL_MARKER))
+            backfill = bool(self.client.exists(keys.BACKFILL_MARKER)) or self._holds_documents(tenant_hex)
             schema = IndexSchema.from_dict(
                 keys.hot_schema(tenant_hex, int(memory_settings.EMBEDDING_DIM), algorithm)
             )
@@ -180,10 +181,47 @@ class HotStore:
         self._ensured.add(name)
         return name
 
+    def _drop_indexes(self, names: list[str], *, with_documents: bool = False) -> list[str]:
+        """Drop those of these indexes that exist (in one round trip); the names dropped."""
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.execute_command(
+                "FT.DROPINDEX", name, *(["DD"] if with_documents else []), **on_owner_of(self.client, name)
+            )
+        replies = pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError) and "unknown index" not in str(reply).lower():
+                raise reply
+        return [name for name, reply in zip(names, replies, strict=True) if not isinstance(reply, Exception)]
+
+    def _holds_documents(self, tenant_hex: str) -> bool:
+        """Whether the master of the tenant's slot holds documents of the tenant that no index of
+        it covers: on a cluster, after its slot moved to this master (resharding), whose index
+        must then scan them; never on one server, where the index exists as long as its
+        documents (``keys.BACKFILL_MARKER`` says when it did not)."""
+        if not isinstance(self.client, RedisCluster):
+            return False
+        tag = keys.tenant_tag(tenant_hex)
+        node = on_owner_of(self.client, tag)
+        slot = self.client.keyslot(tag)
+        held = int(self.client.execute_command("CLUSTER COUNTKEYSINSLOT", slot, **node))
+        if not held:
+            return False
+        if held > _SLOT_KEYS_LOOKED_AT:  # another tenant's keys may hide the tenant's: scan
+            return True
+        found = self.client.execute_command("CLUSTER GETKEYSINSLOT", slot, held, **node)
+        return any(hot_replies.text(key).startswith(tag) for key in found)
+
     def _wait_for_initial_scan(self, name: str) -> None:
         deadline = time.monotonic() + INITIAL_SCAN_WAIT
         while float(
-            hot_replies.text(info_field(self.client.execute_command("FT.INFO", name), "indexing", 0))
+            hot_replies.text(
+                info_field(
+                    self.client.execute_command("FT.INFO", name, **on_owner_of(self.client, name)),
+                    "indexing",
+                    0,
+                )
+            )
         ):
             if time.monotonic() > deadline:
                 logger.warning("hot index %s is still indexing existing documents", name)
@@ -192,17 +230,21 @@ class HotStore:
 
     def outdated_indexes(self) -> list[str]:
         """Indexes of earlier versions still in Redis (``keys.OUTDATED_BASES``)."""
-        names = [hot_replies.text(name) for name in self.client.execute_command("FT._LIST")]
-        return [name for name in names if name.startswith(keys.OUTDATED_BASES)]
+        return [name for name in self.index_names() if name.startswith(keys.OUTDATED_BASES)]
+
+    def index_names(self) -> list[str]:
+        """Every index in Redis: each master of a cluster lists its own."""
+        return sorted(
+            {
+                hot_replies.text(name)
+                for node in servers(self.client)
+                for name in node.execute_command("FT._LIST")
+            }
+        )
 
     def drop_outdated(self) -> int:
         """Drop every index of an earlier version with its documents, a deleted tenant's too."""
-        dropped = 0
-        for name in self.outdated_indexes():
-            with contextlib.suppress(redis.ResponseError):
-                self.client.execute_command("FT.DROPINDEX", name, "DD")
-                dropped += 1
-        return dropped
+        return len(self._drop_indexes(self.outdated_indexes(), with_documents=True))
 
     def backfill_done(self) -> None:
         """Every tenant's documents are indexed again (a full rebuild): new tenant indexes need
@@ -263,13 +305,19 @@ class HotStore:
         """Remove the tenant's documents and its index (the index first: deleting documents from
         a live index costs an index update each)."""
         bases = (keys.INDEX_BASE, *keys.OUTDATED_BASES)
-        for name in (keys.index_name(tenant_hex, a, base) for base in bases for a in keys.ALGORITHMS):
-            with contextlib.suppress(redis.ResponseError):
-                self.client.execute_command("FT.DROPINDEX", name)
-            self._ensured.discard(name)
+        names = [
+            spelling(tenant_hex, a, base)
+            for spelling in (keys.index_name, keys.untagged_index_name)
+            for base in bases
+            for a in keys.ALGORITHMS
+        ]
+        self._drop_indexes(names)
+        self._ensured.difference_update(names)
         removed = 0
         batch: list[str] = []
-        for key in self.client.scan_iter(match=keys.tenant_pattern(tenant_hex), count=1000):
+        # The tenant's keys are all in its slot: only its master is scanned.
+        owner = on_owner_of(self.client, keys.tenant_tag(tenant_hex))
+        for key in self.client.scan_iter(match=keys.tenant_pattern(tenant_hex), count=1000, **owner):
             batch.append(key)
             if len(batch) >= 1000:
                 removed += int(self.client.unlink(*batch))
@@ -358,12 +406,11 @@ class HotStore:
         words = language.query_terms(text).words
         if not words:
             return []
-        index = self.ensure_index(tenant_hex)
         expr = self._filter(tenant_hex, doctype, scope)
         analysed_in = language.REDISEARCH[language.query_language(text)]
         passes = (False, True) if len(words) > 1 else (False,)
         queries = [_words_query(words, expr, k, analysed_in, every=every) for every in passes]
-        replies = self._run(index, *queries, client=self.reader)
+        replies = self._run(tenant_hex, *queries, client=self.reader)
         ranked = hot_replies.hits(replies[0], distance=False)
         if len(replies) == 1:
             return ranked
@@ -386,19 +433,36 @@ class HotStore:
     ) -> list[HotHit]:
         """KNN over the tenant's hot documents, best first, by cosine similarity (``with_vectors``:
         each with its vector, to be compared with another query vector)."""
-        index = self.ensure_index(tenant_hex)
         fields = [*_RETURN_FIELDS, "embedding"] if with_vectors else _RETURN_FIELDS
         query = _vector_query(
             vector, self._filter(tenant_hex, doctype, scope), k, _hybrid_policy(scope), fields
         )
-        return hot_replies.hits(self._run(index, query, client=self.reader)[0], distance=True)
+        return hot_replies.hits(self._run(tenant_hex, query, client=self.reader)[0], distance=True)
 
-    def _run(self, index: str, *queries: BaseQuery, client: redis.Redis | None = None) -> list[Any]:
-        """FT.SEARCH each query on ``index``, pipelined in one round trip; the raw replies in order.
-        Each query asks RediSearch to give up after ``HOT_QUERY_TIMEOUT_MS`` (the module runs with
-        ``ON_TIMEOUT FAIL``: an error, never a partial answer)."""
-        pipe = (client or self.client).pipeline(transaction=False)
+    def _run(self, tenant_hex: str, *queries: BaseQuery, client: Client | None = None) -> list[Any]:
+        """FT.SEARCH each query on the tenant's index, pipelined in one round trip; the raw replies
+        in order. Each query asks RediSearch to give up after ``HOT_QUERY_TIMEOUT_MS`` (the module
+        runs with ``ON_TIMEOUT FAIL``: an error, never a partial answer).
+
+        An index this process made may be missing: dropped meanwhile (an erasure, `rebuild_hot` in
+        another process), or left on the master its tenant's slot moved from (resharding); it is
+        made again (scanning the documents there) and the queries sent once more."""
+        client = client or self.client
+        index = self.ensure_index(tenant_hex)
+        try:
+            return self._search(client, index, queries)
+        except redis.ResponseError as exc:
+            if "no such index" not in str(exc).lower():
+                raise
+        self._ensured.discard(index)
+        return self._search(client, self.ensure_index(tenant_hex), queries)
+
+    def _search(self, client: Client, index: str, queries: tuple[BaseQuery, ...]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
         timeout = int(memory_settings.HOT_QUERY_TIMEOUT_MS)
+        # Sent to the master of the tenant's slot: RediSearch routes by the index name, redis-py
+        # would not (``on_owner_of``).
+        owner = on_owner_of(client, index)
         for query in queries:
             query.timeout(timeout)
             params = [part for name, value in (query.params or {}).items() for part in (name, value)]
@@ -407,6 +471,7 @@ class HotStore:
                 index,
                 *query.get_args(),
                 *(["PARAMS", len(params), *params] if params else []),
+                **owner,
             )
         return pipe.execute()  # type: ignore[no-any-return]
 
@@ -425,7 +490,6 @@ class HotStore:
 
     def episode_ids(self, tenant_hex: str, scope: Scope | None = None, limit: int = 10_000) -> set[int]:
         """Ids of the tenant's hot episodes that have an episode document."""
-        index = self.ensure_index(tenant_hex)
         query = FilterQuery(
             filter_expression=self._filter(tenant_hex, keys.DOC_EPISODE, scope or Scope()),
             return_fields=["episode"],
@@ -433,7 +497,7 @@ class HotStore:
         )
         return {
             int(info_field(fields, "episode"))
-            for _, _, fields in hot_replies.entries(self._run(index, query)[0], with_scores=False)
+            for _, _, fields in hot_replies.entries(self._run(tenant_hex, query)[0], with_scores=False)
         }
 
     def collect_garbage(self, tenant_hex: str) -> None:
@@ -441,16 +505,16 @@ class HotStore:
         document in its statistics until RediSearch's fork GC runs (every 30 s by default), so
         ranking right after many removals depends on when that was. (The index is not created
         for this: without one there is nothing to collect, and Redis says so.)"""
-        self.client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", self.index_name(tenant_hex))
+        name = self.index_name(tenant_hex)
+        self.client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", name, **on_owner_of(self.client, name))
 
     def refusing_writes(self) -> str:
         """Why Redis refuses writes now ("" when it takes them)."""
         return refusing_writes(self.client)
 
     def count(self, tenant_hex: str, doctype: str = keys.DOC_TURN) -> int:
-        index = self.ensure_index(tenant_hex)
         expr = self._filter(tenant_hex, doctype, Scope())
-        return hot_replies.total(self._run(index, CountQuery(filter_expression=expr))[0])
+        return hot_replies.total(self._run(tenant_hex, CountQuery(filter_expression=expr))[0])
 
 
 def _hybrid_policy(scope: Scope) -> str:

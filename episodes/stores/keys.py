@@ -25,7 +25,18 @@ BACKFILL_MARKER = "mp:meta:hot-index-backfill"
 
 
 def index_name(tenant_hex: str, algorithm: str, base: str = INDEX_BASE) -> str:
-    """One index per tenant and vector algorithm; switching algorithms drops the other (docs stay)."""
+    """One index per tenant and vector algorithm; switching algorithms drops the other (docs stay).
+
+    The name carries the tenant's hash tag: without its coordinator, RediSearch makes the index
+    name a command's key, so a Redis Cluster keeps the index on the master of that name's slot,
+    where it indexes that master's keys only; with the tag it is the master of the tenant's keys
+    (docs/decisions/0052-hot-tier-on-redis-cluster.md)."""
+    return f"{base}:{algorithm.lower()}:{{{tenant_hex}}}"
+
+
+def untagged_index_name(tenant_hex: str, algorithm: str, base: str = INDEX_BASE) -> str:
+    """The name a tenant's index had before it carried the hash tag (dropped when found; its
+    documents stay and the tagged index takes them in)."""
     return f"{base}:{algorithm.lower()}:{tenant_hex}"
 
 
