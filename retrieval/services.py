@@ -29,6 +29,7 @@ from lifecycle import scoring
 from lifecycle.models import read_policy
 from lifecycle.services import feedback_review
 from lifecycle.tenant_policy import Policy
+from lifecycle.unpack import unpack
 from memory_platform import counters
 from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
@@ -44,7 +45,6 @@ from .ranking import (
     tenant_weights,
 )
 from .tiers import Tiers
-from .unpack import unpack
 
 logger = logging.getLogger(__name__)
 
@@ -337,7 +337,13 @@ def search_shaped(
             if hit.episode.layer != Layer.HOT:
                 unpack(tenant=tenant, episode_id=hit.episode.pk, now=now, record=False)
     hits = hit_bodies(
-        tenant, result.hits, deep=deep, budget=budget, view=query.view, vector=result.query_vector
+        tenant,
+        result.hits,
+        deep=deep,
+        budget=budget,
+        view=query.view,
+        vector=result.query_vector,
+        question=query.text,
     )
     return ShapedSearch(result=result, hits=hits)
 
@@ -351,6 +357,7 @@ def hit_bodies(
     budget: Budget | None = None,
     view: Literal["full"] = "full",
     vector: np.ndarray | None = None,
+    question: str = "",
 ) -> list[shapes.Hit]: ...
 @overload
 def hit_bodies(
@@ -361,6 +368,7 @@ def hit_bodies(
     budget: Budget | None = None,
     view: Literal["compact"],
     vector: np.ndarray | None = None,
+    question: str = "",
 ) -> list[shapes.CompactHit]: ...
 @overload
 def hit_bodies(
@@ -371,6 +379,7 @@ def hit_bodies(
     budget: Budget | None = None,
     view: str,
     vector: np.ndarray | None = None,
+    question: str = "",
 ) -> list[shapes.CompactHit] | list[shapes.Hit]: ...
 def hit_bodies(
     tenant: Tenant,
@@ -380,12 +389,14 @@ def hit_bodies(
     budget: Budget | None = None,
     view: str = "full",
     vector: np.ndarray | None = None,
+    question: str = "",
 ) -> list[shapes.CompactHit] | list[shapes.Hit]:
     """The hits as ``POST /search`` shows them, their turns read at once: whole with ``deep``, else
     the turns chosen across the hits within ``budget`` (by default the platform's:
     ``retrieval.evidence``) by their similarity to the query's ``vector`` when there is one; each
     in its layer's shape (``episodes.shapes.hit``) or, with ``view="compact"``, as its text
-    (``shapes.compact_hit``)."""
+    (``shapes.compact_hit``). The query's text, ``question``, weighs the candidate turns too
+    (``evidence.Clues``)."""
     ids = [h.episode.pk for h in hits]
     full = {h.episode.pk for h in hits if shapes.shows_turns(h.episode, deep=deep)}
     turns = turns_for(tenant, ids, full=full)
@@ -393,15 +404,18 @@ def hit_bodies(
     framed: set[int] = set()
     if not deep:
         budget = budget or Budget.default()
+        lists = [turns[h.episode.pk] for h in hits]
+        if question:
+            # The question weighs the candidates by their text: a packed hit's is read here.
+            unread = {t.pk for row in lists for t in row if not t.text}
+            read = rows.turn_texts(
+                tenant, [pk for pk in evidence.candidate_ids(hits, lists, budget.neighbours) if pk in unread]
+            )
+            lists = [[read.get(t.pk, t) for t in row] for row in lists]
         chosen = evidence.choose(
-            hits,
-            [turns[h.episode.pk] for h in hits],
-            budget,
-            similarity=turn_similarity(tenant, hits, vector),
+            hits, lists, budget, similarity=turn_similarity(tenant, hits, vector), question=question
         )
-        rows_of = [
-            [turns[h.episode.pk][i] for i in positions] for h, positions in zip(hits, chosen, strict=True)
-        ]
+        rows_of = [[row[i] for i in positions] for row, positions in zip(lists, chosen, strict=True)]
         texts = rows.turn_texts(tenant, [t.pk for row in rows_of for t in row if not t.text])
         shown = [[texts.get(t.pk, t) for t in row] for row in rows_of]
         # A compact packed hit's key points or headline frame its turns while tokens remain.
@@ -471,7 +485,10 @@ def activate(
         query = SearchQuery(text=query_text, scope=scope, limit=limit, view="full")
         result = search(tenant=tenant, query=query, now=now, policy=policy)
         return Activation(
-            hits=hit_bodies(tenant, result.hits, deep=False, vector=result.query_vector), search=result
+            hits=hit_bodies(
+                tenant, result.hits, deep=False, vector=result.query_vector, question=query_text
+            ),
+            search=result,
         )
     candidates = list(
         Episode.objects.for_tenant(tenant).filter(scope.q()).order_by("-anchor", "-last_accessed_at")[:200]

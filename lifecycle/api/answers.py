@@ -1,13 +1,14 @@
-"""The answers of the memory and turn writes, pins, links and the policy's preview, declared once
+"""The answers of the memory and turn writes, forgets, pins, links and the policy's preview, declared once
 (``memory_platform.api.answers``); a memory itself is in its layer's shape (``episodes.shapes``)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, TypedDict
 
 from typing_extensions import Doc
 
-from episodes.models import Layer
+from episodes.models import Layer, State
 from episodes.shapes import Memory, MemoryItem
 from memory_platform.api.answers import one_of
 
@@ -63,3 +64,11 @@ class PolicyPreview(TickPreview):
     """``POST /policy/preview``: what a tick now would do under the policy with the body's fields."""
 
     fields: Annotated[list[str], Doc("the policy's fields the body set")]
+
+
+class Forgotten(TypedDict):
+    """``DELETE /memories/{id}``: the memory, forgotten (restorable for the grace period)."""
+
+    id: str
+    state: Annotated[str, State]
+    forgotten_at: datetime | None

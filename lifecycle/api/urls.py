@@ -2,10 +2,12 @@ from django.urls import path
 
 from episodes.api import converters as converters  # registers <memory:...>
 
-from . import candidates, views
+from . import candidates, memories, views
 
 urlpatterns = [
     path("memories", views.MemoriesView.as_view(), name="memories"),
+    path("memories/<memory:episode_id>", memories.MemoryDetailView.as_view(), name="memory-detail"),
+    path("memories/<memory:episode_id>/unpack", memories.UnpackView.as_view(), name="memory-unpack"),
     path("turns", views.TurnsView.as_view(), name="turns"),
     path("memories/<memory:episode_id>/anchor", views.MemoryAnchorView.as_view(), name="memory-anchor"),
     path("memories/<memory:episode_id>/links", views.MemoryLinksView.as_view(), name="memory-links"),

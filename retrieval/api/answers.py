@@ -3,12 +3,11 @@ what the services return: the services give data, the views make the envelopes."
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, NotRequired, TypedDict
 
 from typing_extensions import Doc
 
-from episodes.models import Layer, State
+from episodes.models import Layer
 from episodes.shapes import CompactHit, Hit
 
 from ..services import Activation, SearchResult, ShapedSearch
@@ -91,11 +90,3 @@ class ContextAnswer(TypedDict):
     text: Annotated[str, Doc("markdown: one section per kind of memory")]
     tokens: Annotated[int, Doc("estimated tokens of the text")]
     max_tokens: int
-
-
-class Forgotten(TypedDict):
-    """``DELETE /memories/{id}``: the memory, forgotten (restorable for the grace period)."""
-
-    id: str
-    state: Annotated[str, State]
-    forgotten_at: datetime | None

@@ -13,7 +13,7 @@ from lifecycle.candidates import CandidateError, candidate_approve, candidate_re
 from lifecycle.models import Candidate, JournalEntry
 from lifecycle.rollback import RollbackError, rollback_journal_entry
 from lifecycle.tick import tick_run
-from retrieval.unpack import unpack
+from lifecycle.unpack import unpack
 
 from .factories import (
     NOW,

@@ -12,8 +12,9 @@ from episodes import selectors
 from episodes.models import Layer
 from episodes.shapes import HotMemory
 from episodes.stores import rows
-from lifecycle.services import episode_unpack
 from memory_platform.tenancy.models import Tenant
+
+from .services import episode_unpack
 
 
 class UnpackedMemory(HotMemory):
