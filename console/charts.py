@@ -22,12 +22,12 @@ def _label(value: float) -> str:
 
 def line_chart(title: str, series: Mapping[str, Sequence[Point]], unit: str = "") -> str:
     """An SVG line chart of ``series`` (name -> points in time order), with its title, the
-    values' range on the y axis, the first and last times on the x axis and a legend. A chart
-    without two points of any series says so instead of drawing."""
-    drawn = {name: points for name, points in series.items() if len(points) >= 2}
+    values' range on the y axis, the first and last times on the x axis and a legend. A series of
+    one point is drawn as a dot; a chart without any point says why."""
+    drawn = {name: points for name, points in series.items() if points}
     heading = f'<h3 class="chart-title">{escape(title)}</h3>'
     if not drawn:
-        return f'{heading}<p class="chart-empty">Not enough snapshots yet (one is taken every hour).</p>'
+        return f'{heading}<p class="chart-empty">Nothing to draw yet: no search or change since the first figures.</p>'
     times = [t.timestamp() for points in drawn.values() for t, _ in points]
     values = [v for points in drawn.values() for _, v in points]
     t0, t1 = min(times), max(times)
@@ -36,7 +36,9 @@ def line_chart(title: str, series: Mapping[str, Sequence[Point]], unit: str = ""
     plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
 
     def x(t: datetime) -> float:
-        return PAD_LEFT + (t.timestamp() - t0) / ((t1 - t0) or 1) * plot_w
+        if t1 == t0:
+            return PAD_LEFT + plot_w / 2
+        return PAD_LEFT + (t.timestamp() - t0) / (t1 - t0) * plot_w
 
     def y(v: float) -> float:
         return PAD_TOP + (1 - (v - low) / (high - low)) * plot_h
@@ -61,6 +63,8 @@ def line_chart(title: str, series: Mapping[str, Sequence[Point]], unit: str = ""
     for n, (name, points) in enumerate(drawn.items()):
         colour = COLOURS[n % len(COLOURS)]
         coordinates = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in points)
+        for t, v in points if len(points) == 1 else ():
+            parts.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="4" fill="{colour}"/>')
         parts.append(
             f'<polyline class="series" data-series="{escape(name)}" fill="none" stroke="{colour}" '
             f'stroke-width="2" points="{coordinates}"/>'

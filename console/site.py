@@ -1,6 +1,8 @@
-"""The operator console: Django's admin titled "Memory platform", whose home is one row per tenant
-and whose tenant dashboard charts the hourly snapshots
-(docs/decisions/0028-console-figures-and-preview.md).
+"""The operator console: Django's admin on the unfold theme, titled "Memory platform"
+(docs/decisions/0051-console-on-unfold.md), whose home is one row per tenant with its health
+(``console.health``) and whose tenant dashboard charts the snapshots
+(docs/decisions/0028-console-figures-and-preview.md); the review queue (``console.review``) and the
+search playground (``console.playground``) are its pages too.
 
 Every figure comes from ``lifecycle.stats`` (the same numbers as ``GET /api/v1/stats`` and
 ``GET /metrics``); charts are inline SVG (``console.charts``). "Run a tick now" queues the tick
@@ -13,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import messages
+from django.contrib.auth import REDIRECT_FIELD_NAME
 from django.db.models.base import ModelBase
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -22,27 +25,30 @@ from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
+from unfold.admin import ModelAdmin
+from unfold.sites import UnfoldAdminSite
 
 from episodes.models import Layer
 from lifecycle.models import MemoryPolicy, TenantSnapshot, TickRun
-from lifecycle.stats import LAYERS, gained, search_latency, tenant_stats
-from memory_platform import counters
+from lifecycle.stats import LAYERS, gained, latency_quantile, tenant_stats
 from memory_platform.admin_base import SuperusersOnly, visible_tenants
-from memory_platform.tenancy.models import Tenant
 
+from . import playground, review
 from .charts import Point, line_chart
+from .health import tenant_rows
 
-#: The home's columns: (key, heading); sortable by ``?sort=<key>`` (``-<key>`` descending).
+#: The home's columns: (key, heading, what it says); sortable by ``?sort=<key>`` (``-<key>``
+#: descending).
 COLUMNS = (
-    ("name", "Tenant"),
-    ("hot", "Hot"),
-    ("warm", "Warm"),
-    ("cold", "Cold"),
-    ("searches_day", "Searches / 24 h"),
-    ("p95", "Search p95 (ms)"),
-    ("last_tick", "Last tick"),
-    ("tick_errors", "Tick errors (24 h)"),
-    ("pending", "Candidates pending"),
+    ("name", "Tenant", ""),
+    ("hot", "Episodes", "hot / warm / cold"),
+    ("hot_bytes", "Hot bytes", "against the policy's hot quota"),
+    ("searches", "Searches", "over 24 hours, or since counting began while the tenant is younger"),
+    ("p95", "p95 (ms)", "search latency, 95th percentile, over the same period"),
+    ("last_tick", "Last tick", "how long ago, and its status"),
+    ("tick_errors", "Tick errors", "failed ticks and errors over 24 hours"),
+    ("backlog", "Index backlog", "hot episodes waiting for the hot index"),
+    ("pending", "To review", "merge and delete proposals"),
 )
 CHART_DAYS = 14
 #: Apps whose pages only a superuser sees (``SuperusersOnly``): django-q's tasks, schedules and
@@ -50,7 +56,7 @@ CHART_DAYS = 14
 SUPERUSER_APPS = frozenset({"django_q"})
 
 
-class ConsoleSite(admin.AdminSite):
+class ConsoleSite(UnfoldAdminSite):
     site_header = "Memory platform"
     site_title = "Memory platform"
     index_title = "Tenants"
@@ -61,9 +67,10 @@ class ConsoleSite(admin.AdminSite):
             [model_or_iterable] if isinstance(model_or_iterable, ModelBase) else list(model_or_iterable)
         )
         for model in models:
-            own = admin_class or admin.ModelAdmin
+            own = admin_class or ModelAdmin
             if model._meta.app_label in SUPERUSER_APPS and not issubclass(own, SuperusersOnly):
-                own = type(own.__name__, (SuperusersOnly, own), {})
+                # The task queue's own pages: a superuser's alone, drawn by the theme.
+                own = type(own.__name__, (SuperusersOnly, own, ModelAdmin), {})
             super().register(model, own, **options)
 
     def get_urls(self) -> list[URLResolver | URLPattern]:
@@ -78,20 +85,44 @@ class ConsoleSite(admin.AdminSite):
                 self.admin_view(require_POST(self.run_tick)),
                 name="tenant-tick",
             ),
+            path("review/", self.admin_view(self.review_queue), name="review-queue"),
+            path(
+                "review/<int:candidate_id>/<str:decision>/",
+                self.admin_view(require_POST(review.decide)),
+                name="review-decide",
+            ),
+            path("playground/", self.admin_view(self.playground), name="playground"),
         ]
         return own + super().get_urls()
+
+    def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # The theme's login form carries no "next": without one, a login would land on
+        # LOGIN_REDIRECT_URL (a page that does not exist) instead of the console's home.
+        if REDIRECT_FIELD_NAME not in request.POST and REDIRECT_FIELD_NAME not in request.GET:
+            request.GET = query = request.GET.copy()  # type: ignore[assignment]
+            query[REDIRECT_FIELD_NAME] = reverse("admin:index", current_app=self.name)
+        return super().login(request, extra_context)
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         rows = tenant_rows(visible_tenants(request).order_by("name"), timezone.now())
         sort = request.GET.get("sort", "name")
         key = sort.removeprefix("-")
-        if key in dict(COLUMNS):
+        if key in {k for k, _, _ in COLUMNS}:
             rows.sort(key=lambda row: _sortable(row[key]), reverse=sort.startswith("-"))
         headings = [
-            {"key": k, "label": label, "sort": f"-{k}" if sort == k else k, "active": key == k}
-            for k, label in COLUMNS
+            {"key": k, "label": label, "hint": hint, "sort": f"-{k}" if sort == k else k, "active": key == k}
+            for k, label, hint in COLUMNS
         ]
-        return super().index(request, {**(extra_context or {}), "tenant_rows": rows, "headings": headings})
+        return super().index(
+            request,
+            {
+                **(extra_context or {}),
+                "tenant_rows": rows,
+                "headings": headings,
+                "title": "Tenants",
+                "subtitle": None,
+            },
+        )
 
     def dashboard(self, request: HttpRequest, tenant_id: Any) -> TemplateResponse:
         tenant = get_object_or_404(visible_tenants(request), pk=tenant_id)
@@ -104,6 +135,12 @@ class ConsoleSite(admin.AdminSite):
             )
         )
         points = [(s.taken_at, s.data) for s in snapshots] + [(now, stats)]
+        if tenant.created_at >= now - timedelta(days=days) and (
+            not snapshots or snapshots[0].taken_at > tenant.created_at
+        ):
+            # At its creation a tenant holds nothing and has counted nothing: the charts start
+            # there, not at its first hourly snapshot.
+            points.insert(0, (tenant.created_at, CREATED))
         context = {
             **self.each_context(request),
             "title": f"{tenant.name}: dashboard",
@@ -118,6 +155,12 @@ class ConsoleSite(admin.AdminSite):
         }
         return TemplateResponse(request, "admin/tenant_dashboard.html", context)
 
+    def review_queue(self, request: HttpRequest) -> TemplateResponse:
+        return review.queue(self, request)
+
+    def playground(self, request: HttpRequest) -> TemplateResponse:
+        return playground.playground(self, request)
+
     def run_tick(self, request: HttpRequest, tenant_id: Any) -> HttpResponse:
         from django_q.tasks import async_task
 
@@ -131,10 +174,19 @@ class ConsoleSite(admin.AdminSite):
         return HttpResponseRedirect(reverse("admin:tenant-dashboard", args=[tenant.pk]))
 
 
+#: A tenant's figures at its creation, as the charts read them.
+CREATED: dict[str, Any] = {
+    "episodes": {},
+    "counters": {"search_ms": {"buckets": {}, "count": 0, "sum": 0.0}, "hits": {}, "unpacks": {}},
+}
+
+
 def _sortable(value: Any) -> tuple[int, Any]:
-    """None and "—" last whichever way, then numbers or text."""
+    """None and "—" last whichever way, then numbers, times or text."""
     if value is None or value == "+Inf":
         return (1, 0)
+    if isinstance(value, datetime):
+        return (0, value.timestamp())
     return (0, value.lower() if isinstance(value, str) else value)
 
 
@@ -143,34 +195,6 @@ def _days(raw: str | None) -> int:
         return min(90, max(1, int(raw or CHART_DAYS)))
     except ValueError:
         return CHART_DAYS
-
-
-def tenant_rows(
-    tenants: Sequence[Tenant] | Any, now: datetime, stats: Mapping[Any, Mapping[str, Any]] | None = None
-) -> list[dict[str, Any]]:
-    """The home's row for each tenant."""
-    tenants = list(tenants)
-    stats = stats if stats is not None else tenant_stats(tenants, now)
-    rows = []
-    for tenant in tenants:
-        figures = stats[tenant.pk]
-        last = figures["ticks"]["last"]
-        day = figures["last_24h"]
-        by_layer: dict[str, int] = {layer: sum(figures["episodes"][layer].values()) for layer in LAYERS}
-        rows.append(
-            {
-                "tenant": tenant,
-                "name": tenant.name,
-                **by_layer,
-                "searches_day": day["searches"] if day is not None else None,
-                "p95": search_latency(figures, 0.95),
-                "last_tick": last["started_at"] if last else None,
-                "last_tick_status": last["status"] if last else "",
-                "tick_errors": figures["ticks"]["last_24h"]["errors"],
-                "pending": sum(figures["candidates_pending"].values()),
-            }
-        )
-    return rows
 
 
 def _episodes(data: Mapping[str, Any], layer: str) -> float:
@@ -196,9 +220,10 @@ def dashboard_charts(points: Sequence[tuple[datetime, Mapping[str, Any]]]) -> li
         if not then or not now:
             continue
         buckets = gained(now["search_ms"]["buckets"], then["search_ms"]["buckets"])
-        histogram = counters.Histogram(buckets, sum(buckets.values()), 0.0)
+        count = sum(buckets.values())
+        spent = max(0.0, now["search_ms"].get("sum", 0.0) - then["search_ms"].get("sum", 0.0))
         for name, q in (("p50", 0.5), ("p95", 0.95)):
-            value = histogram.quantile(q)
+            value = latency_quantile(buckets, count, spent, q)
             if value is not None and value != float("inf"):
                 latency[name].append((at, value))
         hits = gained(now["hits"], then["hits"])
@@ -212,7 +237,7 @@ def dashboard_charts(points: Sequence[tuple[datetime, Mapping[str, Any]]]) -> li
         )
     return [
         line_chart("Episodes by layer", layers),
-        line_chart("Search latency (bucket bound)", latency, " ms"),
+        line_chart("Search latency", latency, " ms"),
         line_chart("Share of search hits by layer", hit_share),
         line_chart("Unpack rate", unpacks),
         line_chart("Compression (raw / packed characters)", compression, "x"),

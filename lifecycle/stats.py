@@ -31,7 +31,7 @@ from .models import Candidate, TenantSnapshot, TickRun
 LAYERS = (Layer.HOT, Layer.WARM, Layer.COLD)
 DAY = timedelta(days=1)
 
-#: A latency quantile: a bucket's upper bound in ms, "+Inf" past the last, None without searches.
+#: A latency quantile in ms (``latency_quantile``), "+Inf" past the last bucket, None without searches.
 Quantile = float | Literal["+Inf"] | None
 
 
@@ -242,12 +242,12 @@ def _since(current: Counted, before: dict[str, Any] | None) -> CountedLastDay | 
     latency_now, latency_then = current["search_ms"], before.get("search_ms", {})
     buckets = minus(latency_now["buckets"], latency_then.get("buckets", {}))
     count = sum(buckets.values())
-    histogram = counters.Histogram(buckets, count, 0.0)
+    spent = max(0.0, latency_now["sum"] - latency_then.get("sum", 0.0))
     searches = minus(current["searches"], before.get("searches", {}))
     return {
         "searches": int(sum(searches.values())),
-        "search_ms_p50": _finite(histogram.quantile(0.5)),
-        "search_ms_p95": _finite(histogram.quantile(0.95)),
+        "search_ms_p50": _finite(latency_quantile(buckets, count, spent, 0.5)),
+        "search_ms_p95": _finite(latency_quantile(buckets, count, spent, 0.95)),
         "hits": minus(current["hits"], before.get("hits", {})),
         "unpacks": int(sum(minus(current["unpacks"], before.get("unpacks", {})).values())),
         "feedback": minus(current["feedback"], before.get("feedback", {})),
@@ -267,19 +267,58 @@ def _finite(value: float | None) -> Quantile:
     return "+Inf" if value is not None and math.isinf(value) else value
 
 
+def latency_quantile(buckets: Mapping[str, float], count: float, total_ms: float, q: float) -> float | None:
+    """The ``q`` quantile of latencies counted in ``buckets`` (searches per upper bound in ms), in
+    ms: interpolated within the bucket that holds it, as Prometheus's ``histogram_quantile`` does,
+    rather than that bucket's upper bound (one slow first search read "2500 ms" for a day). When
+    every observation is in one bucket, their mean (``total_ms / count``) placed in that bucket:
+    the exact value for a single search. None without observations; infinity past the last bound."""
+    observed = sum(buckets.values())
+    if not observed:
+        return None
+    bounds = counters.LATENCY_BUCKETS_MS
+    lower = dict(zip(bounds, (0.0, *bounds[:-1]), strict=True))
+    occupied = [bound for bound, n in buckets.items() if n]
+    if len(occupied) == 1 and occupied[0] != "+Inf" and count and total_ms:
+        upper = float(occupied[0])
+        return round(min(upper, max(lower[upper], total_ms / count)), 1)
+    rank, seen = q * observed, 0.0
+    for bound in bounds:
+        n = buckets.get(f"{bound:g}", 0.0)
+        if n and seen + n >= rank:
+            return round(lower[bound] + (bound - lower[bound]) * (rank - seen) / n, 1)
+        seen += n
+    return math.inf
+
+
 def search_latency(stats: Mapping[str, Any], q: float) -> float | str | None:
-    """A quantile of the tenant's search latency (ms, a bucket's upper bound): over the last 24
+    """A quantile of the tenant's search latency in ms (``latency_quantile``): over the last 24
     hours when a day-old snapshot exists, else since counting began."""
     day = stats.get("last_24h")
     if day is not None and day["searches"]:
         return day[f"search_ms_p{round(q * 100)}"]
     latency = stats["counters"]["search_ms"]
-    return _finite(counters.Histogram(latency["buckets"], latency["count"], latency["sum"]).quantile(q))
+    return _finite(latency_quantile(latency["buckets"], latency["count"], latency["sum"], q))
 
 
-def take_snapshots(now: datetime) -> dict[str, int]:
-    """One snapshot per active tenant at ``now``; those older than ``SNAPSHOT_KEEP_DAYS`` go."""
-    tenants = list(Tenant.objects.filter(is_active=True).order_by("pk"))
+def searches_counted(stats: Mapping[str, Any]) -> tuple[int, bool]:
+    """The tenant's searches over the last 24 hours, or since counting began while no day-old
+    snapshot exists; and whether the figure is the day's."""
+    day = stats.get("last_24h")
+    if day is not None:
+        return int(day["searches"]), True
+    return int(sum(stats["counters"]["searches"].values())), False
+
+
+def take_snapshots(now: datetime, *, older_than: timedelta | None = None) -> dict[str, int]:
+    """One snapshot per active tenant at ``now`` (with ``older_than``: only of the tenants whose
+    newest snapshot is older than that, or who have none); those older than
+    ``SNAPSHOT_KEEP_DAYS`` go."""
+    active = Tenant.objects.filter(is_active=True).order_by("pk")
+    if older_than is not None:
+        recent = TenantSnapshot.objects.across_tenants("snapshots: which tenants have a recent one")
+        active = active.exclude(pk__in=recent.filter(taken_at__gt=now - older_than).values("tenant_id"))
+    tenants = list(active)
     stats = tenant_stats(tenants, now)
     TenantSnapshot.objects.bulk_create(
         TenantSnapshot(tenant_id=pk, taken_at=now, data=data) for pk, data in stats.items()

@@ -3,6 +3,7 @@ first attempt still runs records a skipped tick instead of doing the work twice.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -16,6 +17,7 @@ SCHEDULE_PREFIX = "lifecycle.tick:"
 SELF_SCHEDULE = "lifecycle.schedule_ticks"
 REPAIR_SCHEDULE = "episodes.repair_hot_index"
 SNAPSHOT_SCHEDULE = "lifecycle.take_snapshots"
+SNAPSHOT_EVERY = timedelta(minutes=60)
 
 
 def tick_tenant(tenant_id: str) -> dict[str, Any]:
@@ -37,8 +39,16 @@ def schedule_ticks() -> dict[str, int]:
     """Make the django-q2 schedules match the tenants: one tick schedule per active tenant at its
     policy's `tick_interval_minutes`, none for others; the hot index repair every minute; the
     tenants' snapshots every hour; and this function itself every 10 minutes, so new tenants and
-    edited intervals are picked up. Safe to call any number of times."""
+    edited intervals are picked up. Safe to call any number of times.
+
+    It runs when the platform starts, so it also takes the snapshot of each tenant that has none
+    from the last hour (a new tenant, or a platform that was stopped): the console's charts and
+    its figures over a day start from there rather than from the next hourly snapshot."""
     from django_q.models import Schedule
+
+    from .stats import take_snapshots as take
+
+    take(timezone.now(), older_than=SNAPSHOT_EVERY)
 
     created = updated = removed = 0
     wanted: set[str] = set()
@@ -68,7 +78,7 @@ def schedule_ticks() -> dict[str, int]:
     for name, func, minutes in (
         (REPAIR_SCHEDULE, "episodes.tasks.repair_hot_index", 1),
         (SELF_SCHEDULE, "lifecycle.tasks.schedule_ticks", 10),
-        (SNAPSHOT_SCHEDULE, "lifecycle.tasks.take_snapshots", 60),
+        (SNAPSHOT_SCHEDULE, "lifecycle.tasks.take_snapshots", int(SNAPSHOT_EVERY.total_seconds() // 60)),
     ):
         Schedule.objects.get_or_create(
             name=name,

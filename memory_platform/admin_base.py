@@ -1,4 +1,5 @@
-"""Admin pieces every app shares."""
+"""Admin pieces every app shares, on the console's theme (unfold's ``ModelAdmin`` and inlines,
+docs/decisions/0051-console-on-unfold.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import Field, QuerySet
 from django.http import HttpRequest
+from unfold.admin import ModelAdmin, TabularInline
 
 from memory_platform.tenancy.models import Tenant, TenantOperator
 from memory_platform.tenancy.scoping import across_tenants
@@ -43,7 +45,7 @@ def visible_tenants(request: HttpRequest) -> QuerySet[Tenant]:
     return Tenant.objects.all() if ids is None else Tenant.objects.filter(pk__in=ids)
 
 
-class TenantScopedAdmin(admin.ModelAdmin):
+class TenantScopedAdmin(ModelAdmin):
     """Rows of the tenants the user operates, and nothing else: lists, pages by id, the tenant
     filter's choices and the tenant field of forms (``operated_tenants``)."""
 
@@ -83,7 +85,7 @@ class ReadOnlyAdmin(TenantScopedAdmin):
         return False
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(TabularInline):
     """Rows shown on another's page that no hand may add, change or delete there (an episode's
     turns, its links): a change made there would be in no journal."""
 

@@ -194,6 +194,9 @@ INSTALLED_APPS = [
     # The console's theme (docs/decisions/0051-console-on-unfold.md): its templates come before the
     # admin's; the basic config, since the console names its own site (console.site.ConsoleSite).
     "unfold.apps.BasicAppConfig",
+    # The console's theme (docs/decisions/0051-console-on-unfold.md): its templates come before the
+    # admin's; the basic config, since the console names its own site (console.site.ConsoleSite).
+    "unfold.apps.BasicAppConfig",
     "console.admin_config.ConsoleAdminConfig",  # django.contrib.admin with the console's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -230,6 +233,19 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "memory_platform.urls"
 WSGI_APPLICATION = "memory_platform.wsgi.application"
+#: The console's theme: titles, where "View site" goes, and the sidebar (``console.navigation``).
+UNFOLD = {
+    "SITE_TITLE": "Memory platform",
+    "SITE_HEADER": "Memory platform",
+    "SITE_SUBHEADER": "Operator console",
+    "SITE_URL": "/api/docs/",
+    "SITE_SYMBOL": "memory",
+    "SHOW_VIEW_ON_SITE": False,
+    "SHOW_HISTORY": False,
+    "SIDEBAR": "console.navigation.sidebar",
+    "STYLES": ["console.navigation.stylesheets"],
+}
+
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",

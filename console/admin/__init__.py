@@ -1,6 +1,7 @@
 """The lifecycle's pages of the console (Django admin), one module per responsibility; importing
 this package registers them."""
 
+from .accounts import UserAdmin
 from .episodes import EpisodeAdmin
 from .policy import FIELDSETS, MemoryPolicyAdmin, MemoryPolicyForm
 from .records import CandidateAdmin, JournalEntryAdmin, TickRunAdmin
@@ -15,4 +16,5 @@ __all__ = [
     "MemoryPolicyForm",
     "TenantAdmin",
     "TickRunAdmin",
+    "UserAdmin",
 ]

@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
+from unfold.admin import ModelAdmin, TabularInline
 
 from ..admin_base import ReadOnlyAdmin, TenantScopedAdmin, admin_actor
 from .audit import key_uses_of
@@ -38,7 +39,7 @@ if admin.site.is_registered(APIKey):
     admin.site.unregister(APIKey)
 
 
-class ApiKeyInline(admin.TabularInline):
+class ApiKeyInline(TabularInline):
     model = ApiKey
     extra = 0
     fields = ("prefix", "name", "scopes", "revoked", "created", "last_used_at")
@@ -213,7 +214,7 @@ class AuditEventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(TenantOperator)
-class TenantOperatorAdmin(admin.ModelAdmin):
+class TenantOperatorAdmin(ModelAdmin):
     """Which staff users run which tenants; only superusers assign them."""
 
     list_display = ("user", "tenant")
