@@ -118,16 +118,24 @@ class AMS:
             c.close()
         return r.status, data
 
+    def call(self, method: str, path: str, body: Any):
+        """On the kept-alive connection; once more on a new one when the server has closed it
+        (uvicorn closes a connection idle for 5 s, as while the loader waits for the index)."""
+        try:
+            return self.request(method, path, body, conn=self.conn)
+        except (http.client.HTTPException, ConnectionError):
+            self.conn.close()
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+            return self.request(method, path, body, conn=self.conn)
+
     def add(self, memories: list[dict]) -> None:
-        status, data = self.request("POST", "/v1/long-term-memory/", {"memories": memories, "deduplicate": False},
-                                    conn=self.conn)
+        status, data = self.call("POST", "/v1/long-term-memory/", {"memories": memories, "deduplicate": False})
         if status != 200:
             raise RuntimeError(f"AMS create answered {status}: {data[:300]!r}")
 
     def search(self, text: str, namespace: str) -> list[dict]:
-        status, data = self.request(
-            "POST", "/v1/long-term-memory/search", {"text": text, "limit": 10, "namespace": {"eq": namespace}},
-            conn=self.conn,
+        status, data = self.call(
+            "POST", "/v1/long-term-memory/search", {"text": text, "limit": 10, "namespace": {"eq": namespace}}
         )
         if status != 200:
             raise RuntimeError(f"AMS search answered {status}: {data[:300]!r}")

@@ -158,6 +158,12 @@ def main() -> None:
     torch.set_num_threads(args.torch_threads)
     redis_url = platform_side("redis-url")["redis_url"] if "ams" in systems else ""
 
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_path = WORK / f"results-{stamp}.json"
+
+    def save() -> None:  # after every step: a later failure keeps what was measured
+        out_path.write_text(json.dumps(result, indent=2))
+
     if not args.no_latency:
         texts, vectors = make_corpus(max(sizes), args.seed)
         queries = make_queries(args.queries + 20, args.seed)
@@ -169,10 +175,12 @@ def main() -> None:
                                 "--queries", str(args.queries))
             result["latency"] += out["rows"]
             result["query_embedding"]["platform's embed_one"] = out["query_embedding"]
+            save()
         if "mem0" in systems:
             import mem0_side
 
             result["latency"] += mem0_side.run_search(sizes, texts, vectors, queries)
+            save()
         if "ams" in systems:
             import ams_side
 
@@ -182,6 +190,7 @@ def main() -> None:
             measured = {r["memories"] for r in rows}
             result["skipped"] += [f"AMS at {s:,}: no room in the embedded Redis's maxmemory" for s in sizes
                                   if s not in measured]
+            save()
 
     if not args.no_recall:
         export = WORK / "locomo-export.json"
@@ -191,18 +200,18 @@ def main() -> None:
             log("platform: LoCoMo through `evaluate locomo`'s harness (all hot)")
             out = platform_side("locomo", args.locomo)
             result["recall"].append({"system": "platform", **out})
+            save()
         if "mem0" in systems:
             import mem0_side
 
             result["recall"].append(mem0_side.run_locomo(conversations))
+            save()
         if "ams" in systems:
             import ams_side
 
             result["recall"].append(ams_side.run_locomo(redis_url, conversations, args.torch_threads))
 
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_path = WORK / f"results-{stamp}.json"
-    out_path.write_text(json.dumps(result, indent=2))
+    save()
     print()
     print(table(result))
     print()
