@@ -97,10 +97,28 @@ def run_mode(mode: str, turns: int, batch: int, seed: int, log: Callable[[str], 
         elapsed = time.perf_counter() - started
     finally:
         drop_tenant(tenant, now=timezone.now(), log=lambda line: log(f"  {line}"))
-    return {
+    result: dict[str, Any] = {
         "mode": mode,
         "turns": turns,
         "batch": batch,
         "seconds": round(elapsed, 3),
         "turns_per_s": round(turns / elapsed, 1),
     }
+    if mode == "local":
+        # What the platform can at best reach: the model alone, embedding the same texts in the
+        # same batches once each.
+        log("  local: the embedder alone on the same texts")
+        own = embedder_turns_per_s([t.text for t in data], batch)
+        result.update(embedder_turns_per_s=round(own, 1), share_of_embedder=round(turns / elapsed / own, 3))
+    return result
+
+
+def embedder_turns_per_s(texts: list[str], batch: int) -> float:
+    """The local model's own throughput on ``texts``, embedded once each in batches of ``batch``."""
+    from memory_platform.embeddings import get_embedder
+
+    embedder = get_embedder("local")
+    started = time.perf_counter()
+    for offset in range(0, len(texts), batch):
+        embedder.embed(texts[offset : offset + batch])
+    return len(texts) / (time.perf_counter() - started)

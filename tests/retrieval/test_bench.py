@@ -70,3 +70,17 @@ def test_a_kept_tenant_is_reused_only_while_its_layers_are_as_loaded(monkeypatch
     assert "loading 300 episodes" in log
     assert list(Tenant.objects.filter(name__startswith="bench-search-300-")) == [kept]  # the new one dropped
     kept.delete()
+
+
+def test_bench_ingest_puts_the_embedders_own_throughput_beside_the_platforms():
+    out = io.StringIO()
+    call_command(
+        "bench", "ingest", "--turns", "40", "--batch", "20", "--modes", "durable,local", "--json",
+        stdout=out, stderr=io.StringIO(),
+    )  # fmt: skip
+    durable, local = json.loads(out.getvalue())["results"]
+    assert "embedder_turns_per_s" not in durable  # nothing is embedded while the caller waits
+    assert local["turns_per_s"] > 0 and local["embedder_turns_per_s"] > 0
+    share = local["turns_per_s"] / local["embedder_turns_per_s"]
+    assert local["share_of_embedder"] == pytest.approx(share, abs=0.002)
+    assert not Tenant.objects.filter(name__startswith="bench-ingest-").exists()
