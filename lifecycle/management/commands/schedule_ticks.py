@@ -8,4 +8,5 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
         counts = schedule_ticks()
-        self.stdout.write(", ".join(f"{k}: {v}" for k, v in counts.items()) or "nothing to do")
+        changed = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+        self.stdout.write(f"tick schedules: {changed}" if changed else "tick schedules: up to date")
