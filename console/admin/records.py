@@ -18,6 +18,8 @@ from lifecycle.models import Candidate, JournalEntry, TickRun
 from lifecycle.rollback import RollbackError, rollback_journal_entry, rollback_plan, rollback_refusal
 from memory_platform.admin_base import ReadOnlyAdmin, admin_actor
 
+from ..review import side
+
 
 @admin.register(TickRun)
 class TickRunAdmin(ReadOnlyAdmin):
@@ -28,31 +30,15 @@ class TickRunAdmin(ReadOnlyAdmin):
 
 
 def _review_text(episode: Episode) -> str:
-    """An episode as a reviewer reads it: id, layer, whose it is, title and the start of its text
+    """An episode as a reviewer reads it: id, layer, whose it is and the start of its text
     as stored (no extra statement per row: the list selects the episodes with the candidates)."""
     text = episode.headline or episode.summary or episode.search_text
-    return (
-        f"{episode.public_id} [{episode.layer}] ({owner_of(episode)}) {episode.title}: "
-        f"{' '.join(text.split())[:240]}"
-    )
-
-
-#: The turns a candidate's page shows of an episode that has no packed text.
-REVIEW_TURNS = 4
+    return f"{episode.public_id} [{episode.layer}] ({owner_of(episode)}): {' '.join(text.split())[:100]}"
 
 
 def _review_side(episode: Episode, role: str) -> dict[str, Any]:
-    """One memory of a candidate's page: whose it is, its title, and its packed headline and
-    summary, or its first turns while it has none (a hot episode)."""
-    packed = [text for text in (episode.headline, episode.summary) if text]
-    turns = [] if packed else list(episode.turns.order_by("seq").values("role", "text")[:REVIEW_TURNS])
-    return {
-        "role": role,
-        "episode": episode,
-        "owner": owner_of(episode),
-        "packed": packed,
-        "turns": [{**turn, "text": " ".join(turn["text"].split())[:400]} for turn in turns],
-    }
+    """One memory of a candidate's page, as the review queue shows it (``console.review.side``)."""
+    return {"role": role, **side(episode)}
 
 
 @admin.register(JournalEntry)
@@ -63,15 +49,22 @@ class JournalEntryAdmin(ReadOnlyAdmin):
         "created_at",
         "action",
         "actor",
-        "episode_id_value",
+        "memory",
         "tick_run",
         "rolled_back_at",
     )
     list_filter = ("action", "tenant")
-    list_select_related = ("tenant", "tick_run")
+    list_select_related = ("tenant", "tick_run", "episode")
     search_fields = ("episode_id_value", "action")
     date_hierarchy = "created_at"
     actions = ["roll_back"]
+
+    @admin.display(description="memory", ordering="episode_id_value")
+    def memory(self, entry: JournalEntry) -> str:
+        """The memory's public id (the row id after a purge removed the memory)."""
+        if entry.episode is not None:
+            return f"{entry.episode.public_id} {entry.episode.title}"[:80]
+        return f"#{entry.episode_id_value} (purged)" if entry.episode_id_value else "—"
 
     def has_rollback_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("lifecycle.change_journalentry"))
@@ -114,9 +107,10 @@ class JournalEntryAdmin(ReadOnlyAdmin):
 
 @admin.register(Candidate)
 class CandidateAdmin(ReadOnlyAdmin):
-    """The review queue: a merge proposal shows both texts and whose each is side by side with
-    their similarity, a delete proposal its text and why (its activity score fell below the
-    policy's threshold). A candidate's page shows both memories in full beside each other."""
+    """Every proposal, decided ones included (those awaiting a decision are reviewed in the review
+    queue, ``console.review``): a merge proposal shows both texts and whose each is with their
+    similarity, a delete proposal its text and why (its activity score fell below the policy's
+    threshold). A candidate's page shows both memories in full beside each other."""
 
     list_display = (
         "id",
@@ -124,15 +118,24 @@ class CandidateAdmin(ReadOnlyAdmin):
         "kind",
         "episode_text",
         "other_text",
-        "similarity",
-        "score",
+        "similarity_shown",
+        "score_shown",
         "status",
-        "created_at",
-        "decided_by",
     )
     list_filter = ("kind", "status", "tenant")
     list_select_related = ("tenant", "episode", "other")
-    raw_id_fields = ("episode", "other")
+    fields = (
+        "tenant",
+        "kind",
+        "status",
+        "similarity_shown",
+        "score_shown",
+        "created_at",
+        "decided_at",
+        "decided_by",
+        "note",
+    )
+    readonly_fields = fields
     date_hierarchy = "created_at"
     actions = ["approve", "reject"]
     change_form_template = "admin/lifecycle/candidate/change_form.html"
@@ -159,15 +162,23 @@ class CandidateAdmin(ReadOnlyAdmin):
     def has_decide_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("lifecycle.change_candidate"))
 
-    @admin.display(description="episode (merged away, or deleted)")
+    @admin.display(description="merged away, or deleted")
     def episode_text(self, obj: Candidate) -> str:
         return _review_text(obj.episode)
 
     @admin.display(description="survives (merge)")
     def other_text(self, obj: Candidate) -> str:
         return (
-            _review_text(obj.other) if obj.other is not None else f"— delete: activity score {obj.score:.3f}"
+            _review_text(obj.other) if obj.other is not None else f"— delete: activity score {obj.score:.2f}"
         )
+
+    @admin.display(description="similarity", ordering="similarity")
+    def similarity_shown(self, obj: Candidate) -> str:
+        return f"{obj.similarity:.2f}" if obj.similarity is not None else "—"
+
+    @admin.display(description="score", ordering="score")
+    def score_shown(self, obj: Candidate) -> str:
+        return f"{obj.score:.2f}" if obj.score is not None else "—"
 
     def _decide(self, request: HttpRequest, queryset: QuerySet[Candidate], decide: Any, label: str) -> None:
         now = timezone.now()

@@ -75,8 +75,13 @@ def cell(page, tenant: str, column: str) -> str:
 
 
 def fits(page) -> bool:
-    """Nothing runs off the right edge of the window."""
-    return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    """Nothing runs off the right edge of the window, nor scrolls sideways inside it (a list's table
+    in its frame)."""
+    return page.evaluate(
+        """document.documentElement.scrollWidth <= window.innerWidth &&
+        [...document.querySelectorAll("#result_list, .mp-table")].every(
+            (table) => table.parentElement.scrollWidth <= table.parentElement.clientWidth + 1)"""
+    )
 
 
 def aged_tenant(name: str, hours: int = 6):
@@ -155,29 +160,47 @@ def test_home_and_a_tenant_dashboard_with_its_charts(browser_page, live_server):
     assert acme.tick_runs.count() == 0
 
 
-def test_review_a_merge_candidate_and_roll_back_its_journal_entry(browser_page, live_server):
+def test_review_queue_approve_and_reject_then_roll_back_from_the_journal(browser_page, live_server):
     get_user_model().objects.create_superuser("op", "op@example.com", PASSWORD)
-    acme = aged_tenant("acme", hours=2)
-    merged, survivor = acme.episodes.order_by("pk")[:2]
-    candidate = Candidate.objects.create(
-        tenant=acme, kind="merge", episode=merged, other=survivor, similarity=0.93, score=0.2
+    acme = aged_tenant("acme", hours=3)
+    merged, survivor, doomed = acme.episodes.order_by("pk")[:3]
+    merge = Candidate.objects.create(
+        tenant=acme, kind="merge", episode=merged, other=survivor, similarity=0.9312, score=0.2
     )
+    delete = Candidate.objects.create(tenant=acme, kind="delete", episode=doomed, score=-1.2556074822028902)
     page = browser_page
     log_in(page, live_server, "op")
 
-    # the review queue: both texts side by side with their similarity; approve it
-    page.goto(f"{live_server.url}/admin/lifecycle/candidate/?status__exact=proposed")
-    row = page.locator(f'tr:has(input[name="_selected_action"][value="{candidate.pk}"])')
-    assert merged.public_id in row.locator("td.field-episode_text").inner_text()
-    assert survivor.public_id in row.locator("td.field-other_text").inner_text()
-    assert row.locator("td.field-similarity").inner_text() == "0.93"
-    page.screenshot(path=str(SCREENSHOTS / "console-candidates.png"), full_page=True)
-    row.locator('input[name="_selected_action"]').check()
-    page.select_option('select[name="action"]', "approve")
-    page.click('button[name="index"]')
-    assert "approved 1 candidate(s)" in page.inner_text(".messagelist").lower()
+    # the queue: both memories' texts and whose they are, side by side, rounded figures
+    page.click('#nav-sidebar-apps a:has-text("Review queue")')
+    row = page.locator(f'.review-row[data-candidate="{merge.pk}"]')
+    sides = row.locator(".mp-side")
+    assert [sides.nth(n).get_attribute("data-episode") for n in range(2)] == [
+        merged.public_id,
+        survivor.public_id,
+    ]
+    assert "user" in sides.nth(0).inner_text() and sides.nth(0).locator(".memory-text").count() >= 1
+    assert row.locator(".similarity").inner_text() == "0.93"
+    assert page.locator(f'.review-row[data-candidate="{delete.pk}"] .score').inner_text() == "-1.26"
+    assert fits(page)
+    shot(page, "console-review-queue")
+
+    row.locator("button.approve").click()
+    page.wait_for_selector(".review-queue")
+    assert f"Proposal {merge.pk} (merge, acme) approved" in said(page)
+    assert page.locator(f'.review-row[data-candidate="{merge.pk}"]').count() == 0
     merged.refresh_from_db()
     assert merged.state == "forgotten"  # soft: forgotten, linked to the survivor, journaled
+    page.locator(f'.review-row[data-candidate="{delete.pk}"] button.reject').click()
+    page.wait_for_selector("#review-empty")
+    delete.refresh_from_db()
+    assert delete.status == "rejected" and delete.decided_by == "admin:op"
+
+    # every proposal, decided ones included: a table that fits the window
+    page.goto(f"{live_server.url}/admin/lifecycle/candidate/")
+    assert "-1.26" in page.inner_text("#result_list") and "-1.2556" not in page.inner_text("#result_list")
+    shot(page, "console-candidates")
+    assert fits(page)
 
     # the journal: roll the merge back, through a page that says what will change
     entry = (
@@ -186,6 +209,9 @@ def test_review_a_merge_candidate_and_roll_back_its_journal_entry(browser_page, 
         .latest("pk")
     )
     page.goto(f"{live_server.url}/admin/lifecycle/journalentry/?tenant__id__exact={acme.pk}")
+    assert merged.public_id in page.inner_text("#result_list")  # the memory, not a row id
+    shot(page, "console-journal")
+    assert fits(page)
     page.check(f'input[name="_selected_action"][value="{entry.pk}"]')
     page.select_option('select[name="action"]', "roll_back")
     page.click('button[name="index"]')
@@ -194,9 +220,10 @@ def test_review_a_merge_candidate_and_roll_back_its_journal_entry(browser_page, 
     assert "merge" in plan and "state" in plan
     merged.refresh_from_db()
     assert merged.state == "forgotten"  # nothing happens before the confirmation
-    page.screenshot(path=str(SCREENSHOTS / "console-rollback-confirmation.png"), full_page=True)
+    shot(page, "console-rollback-confirmation")
     page.click("#confirm-rollback")
-    assert "rolled back" in page.inner_text(".messagelist").lower()
+    page.wait_for_selector("#result_list")
+    assert "rolled back" in said(page).lower()
     merged.refresh_from_db()
     assert merged.state != "forgotten"
 

@@ -1,0 +1,51 @@
+"""The console's own pages and buttons for an operator of tenant A, with B as the outsider: the
+review queue, an episode's buttons, the policy's live preview and the search playground show and
+act on A's rows only, through the services (journaled), and refuse B's by id."""
+
+from __future__ import annotations
+
+import pytest
+
+from episodes.models import Episode
+from lifecycle.models import Candidate, JournalEntry
+from tests.console.test_operators import PASSWORD, operator_of, tenant_with_everything
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def a_and_b(client):
+    a, b = tenant_with_everything("alpha-co"), tenant_with_everything("bravo-co")
+    operator_of(a, "op-a")
+    assert client.login(username="op-a", password=PASSWORD)
+    return a, b
+
+
+def candidate_of(tenant) -> Candidate:
+    return Candidate.objects.across_tenants("test").get(tenant=tenant)
+
+
+def test_the_review_queue_shows_and_decides_only_the_operators_tenants(client, a_and_b):
+    a, b = a_and_b
+    page = client.get("/admin/review/").content.decode()
+    assert f'data-candidate="{candidate_of(a).pk}"' in page and a.name in page
+    assert f'data-candidate="{candidate_of(b).pk}"' not in page and b.name not in page
+
+    assert client.post(f"/admin/review/{candidate_of(b).pk}/reject/").status_code == 404
+    assert candidate_of(b).status == "proposed"
+    response = client.post(f"/admin/review/{candidate_of(a).pk}/reject/")
+    assert response.status_code == 302 and candidate_of(a).status == "rejected"
+    entry = JournalEntry.objects.across_tenants("test").filter(tenant=a).latest("pk")
+    assert entry.actor == "admin:op-a"  # journaled, as the actions of the candidate list are
+    assert client.get(f"/admin/review/{candidate_of(a).pk}/approve/").status_code == 405  # POST only
+
+
+def test_a_staff_user_without_the_permission_to_decide_sees_no_queue(client, a_and_b):
+    a, _ = a_and_b
+    user = operator_of(a, "reader")
+    user.user_permissions.set(user.user_permissions.filter(codename__startswith="view_"))
+    assert client.login(username="reader", password=PASSWORD)
+    assert client.get("/admin/review/").status_code == 403
+    assert client.post(f"/admin/review/{candidate_of(a).pk}/approve/").status_code == 403
+    assert candidate_of(a).status == "proposed"
+    assert Episode.objects.across_tenants("test").filter(tenant=a, state="forgotten").count() == 0
