@@ -1,23 +1,24 @@
-"""Episodes in the console: computed scores, read-only layer and state, and the actions and hand
-edits that go through the lifecycle's services (journaled, so each can be rolled back)."""
+"""Episodes in the console: read-only pages with computed scores, and the buttons and list actions
+that go through the lifecycle's services (journaled, so each can be rolled back)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from episodes import services as episode_services
 from episodes.admin import TurnInline
 from episodes.models import Episode, Layer, Link, State
 from lifecycle import scoring, services
-from lifecycle.journal import EDITABLE_FIELDS
 from lifecycle.tenant_policy import Policy
 from memory_platform.admin_base import ReadOnlyInline, TenantScopedAdmin, admin_actor
 
@@ -46,74 +47,162 @@ class OutLinkInline(ReadOnlyInline):
     readonly_fields = fields
     extra = 0
     verbose_name = "outgoing link"
-    verbose_name_plural = (
-        "outgoing links (read-only: links are made and removed through the API, /memories/{id}/links)"
-    )
+    verbose_name_plural = "outgoing links (made and removed through the API)"
 
 
-#: Shown, never edited by hand: everything but ``journal.EDITABLE_FIELDS`` (the vector is not shown).
-_READ_ONLY = tuple(
-    f.name
-    for f in Episode._meta.concrete_fields
-    if f.name not in EDITABLE_FIELDS and f.name not in {"id", "embedding", "search_vector"}
-)
+#: The buttons of an episode's page: (name, label, style), the service each calls in ``act``.
+BUTTONS = {
+    "unpack": ("Unpack", "primary"),
+    "pack_warm": ("Pack to warm", ""),
+    "pack_cold": ("Pack to cold", ""),
+    "pin": ("Pin", ""),
+    "unpin": ("Unpin", ""),
+    "forget": ("Forget", "danger"),
+    "restore": ("Restore", "primary"),
+}
+
+
+def buttons_for(episode: Episode) -> list[str]:
+    """The actions that make sense for the episode now."""
+    if episode.state == State.FORGOTTEN:
+        return ["restore"]
+    moves = ["pack_warm", "pack_cold"] if episode.layer == Layer.HOT else ["unpack"]
+    if episode.layer == Layer.WARM:
+        moves.append("pack_cold")
+    return [*moves, "unpin" if episode.anchor else "pin", "forget"]
 
 
 @admin.register(Episode)
 class EpisodeAdmin(TenantScopedAdmin):
-    """Only ``journal.EDITABLE_FIELDS`` are editable, and a save goes through
-    ``services.episode_edit`` (journaled). Layer, state and anchor change only through the actions,
-    which go through the same services as the API (``transitions`` for layers), journaled. A
-    forgotten episode is read-only, and nothing deletes an episode here: forgetting is the action,
-    and the purge after the grace period the only way out."""
+    """Read-only pages: an episode changes through its buttons (and the list's actions), which go
+    through the same services as the API, journaled (``transitions`` for layers), so each can be
+    rolled back from the journal. Nothing deletes an episode here: forgetting is the action, and
+    the purge after the grace period the only way out."""
 
     list_display = (
-        "id",
-        "public_id",
-        "title",
+        "memory",
         "tenant",
-        "kind",
+        "user",
         "layer",
         "state",
-        "anchor",
+        "pinned",
         "turn_count",
         "activity_score",
-        "retrievability",
         "priority",
-        "access_count",
-        "last_accessed_at",
         "last_occurred_at",
     )
+    list_display_links = ("memory",)
     list_filter = ("tenant", "layer", "state", "kind", "anchor", "needs_reindex")
     list_select_related = ("tenant", "tenant__policy")
     search_fields = ("=public_id", "title", "search_text", "session_id", "user_id")
     date_hierarchy = "last_occurred_at"
-    readonly_fields = (*_READ_ONLY, "embedding_dims")
-    exclude = ("embedding",)
+    fieldsets = (
+        (
+            None,
+            {"fields": ("public_id", "tenant", "owner", "kind_shown", "title", "layer", "state", "pinned")},
+        ),
+        ("What it holds", {"fields": ("holds", "entities_shown", "decisions_shown", "tags_shown")}),
+        (
+            "Use and scores",
+            {
+                "fields": (
+                    "turn_count",
+                    "access_count",
+                    "last_accessed_at",
+                    "activity_score",
+                    "retrievability",
+                    "priority",
+                )
+            },
+        ),
+        (
+            "Times",
+            {
+                "fields": (
+                    "first_occurred_at",
+                    "last_occurred_at",
+                    "created_at",
+                    "restored_shown",
+                    "forgotten_at",
+                )
+            },
+        ),
+    )
+    readonly_fields = (
+        "public_id",
+        "tenant",
+        "owner",
+        "kind_shown",
+        "title",
+        "layer",
+        "state",
+        "pinned",
+        "holds",
+        "entities_shown",
+        "decisions_shown",
+        "tags_shown",
+        "turn_count",
+        "access_count",
+        "last_accessed_at",
+        "activity_score",
+        "retrievability",
+        "priority",
+        "first_occurred_at",
+        "last_occurred_at",
+        "created_at",
+        "restored_shown",
+        "forgotten_at",
+    )
     inlines = [TurnInline, OutLinkInline]
     actions = ["unpack", "pack_warm", "pack_cold", "pin", "unpin", "forget", "restore"]
     list_per_page = 50
+    change_form_template = "admin/episodes/episode/change_form.html"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # memories come in through the API
 
     def has_change_permission(self, request: HttpRequest, obj: Episode | None = None) -> bool:
-        if obj is not None and obj.state == State.FORGOTTEN:
-            return False  # restore it first (an action)
-        return super().has_change_permission(request, obj)
+        # An episode's page is read-only; the list's actions and the page's buttons need the
+        # model's change permission (obj None).
+        return obj is None and super().has_change_permission(request)
 
     def has_delete_permission(self, request: HttpRequest, obj: Episode | None = None) -> bool:
         return False
 
-    def save_model(self, request: HttpRequest, obj: Episode, form: forms.ModelForm, change: bool) -> None:
-        """Only what the operator changed, through the journaled service (never ``obj.save()``)."""
-        services.episode_edit(
-            tenant=obj.tenant,
-            episode_id=obj.pk,
-            changes={name: form.cleaned_data[name] for name in form.changed_data},
-            now=timezone.now(),
-            actor=admin_actor(request),
+    def get_urls(self) -> list[URLPattern]:
+        act = self.admin_site.admin_view(require_POST(self.act))
+        return [
+            path("<path:object_id>/act/<str:action>/", act, name="episodes_episode_act"),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        episode = self.get_object(request, object_id)
+        buttons: list[dict[str, str]] = []
+        if episode is not None and self.has_change_permission(request):
+            buttons = [
+                {"name": name, "label": BUTTONS[name][0], "style": BUTTONS[name][1]}
+                for name in buttons_for(episode)
+            ]
+        return super().change_view(
+            request, object_id, form_url, {**(extra_context or {}), "buttons": buttons}
         )
+
+    def act(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        """One button of an episode's page, for an episode of a tenant the user operates."""
+        episode = self.get_object(request, object_id)
+        if episode is None or action not in BUTTONS:
+            raise Http404
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        getattr(self, action)(request, self.get_queryset(request).filter(pk=episode.pk))
+        return HttpResponseRedirect(reverse("admin:episodes_episode_change", args=[episode.pk]))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Episode]:
         return (
@@ -122,7 +211,52 @@ class EpisodeAdmin(TenantScopedAdmin):
             .annotate(in_degree=_degree("dst", "src"), out_degree=_degree("src", "dst"))
         )
 
-    # --- computed columns: scored at `now` under the tenant's policy, never stored ---------------
+    # --- what the page and the list show -------------------------------------------------------
+    @admin.display(description="memory", ordering="public_id")
+    def memory(self, obj: Episode) -> str:
+        return f"{obj.public_id} {obj.title}".strip()[:90]
+
+    @admin.display(description="user", ordering="user_id")
+    def user(self, obj: Episode) -> str:
+        return obj.user_id or "—"
+
+    @admin.display(description="whose")
+    def owner(self, obj: Episode) -> str:
+        return f"user {obj.user_id or '—'} · agent {obj.agent_id or '—'} · session {obj.session_id or '—'}"
+
+    @admin.display(description="kind")
+    def kind_shown(self, obj: Episode) -> str:
+        return obj.kind or "—"
+
+    @admin.display(description="pinned", boolean=True)
+    def pinned(self, obj: Episode) -> bool:
+        return bool(obj.anchor)
+
+    @admin.display(description="packed text")
+    def holds(self, obj: Episode) -> str:
+        parts = [obj.headline, obj.summary, *(f"· {point}" for point in obj.key_points or [])]
+        text = "\n".join(part for part in parts if part)
+        if text:
+            return text
+        return "none: a hot memory holds its turns, whole (below)" if obj.layer == Layer.HOT else "—"
+
+    @admin.display(description="entities")
+    def entities_shown(self, obj: Episode) -> str:
+        return ", ".join(map(str, obj.entities or [])) or "—"
+
+    @admin.display(description="decisions")
+    def decisions_shown(self, obj: Episode) -> str:
+        return "; ".join(map(str, obj.decisions or [])) or "—"
+
+    @admin.display(description="tags")
+    def tags_shown(self, obj: Episode) -> str:
+        return ", ".join([*map(str, obj.tags or []), *map(str, obj.keywords or [])]) or "—"
+
+    @admin.display(description="last unpacked")
+    def restored_shown(self, obj: Episode) -> Any:
+        return obj.restored_at or "—"
+
+    # --- computed scores: at `now` under the tenant's policy, never stored ---------------------
     def _policy(self, obj: Episode) -> Policy:
         # The page's rows come with their tenant's policy row (list_select_related).
         return obj.tenant.policy.values()
@@ -135,17 +269,13 @@ class EpisodeAdmin(TenantScopedAdmin):
     def activity_score(self, obj: Episode) -> str:
         return f"{scoring.activity_score(self._stats(obj), self._policy(obj), timezone.now()):.2f}"
 
-    @admin.display(description="R (FSRS)")
+    @admin.display(description="recall probability (FSRS)")
     def retrievability(self, obj: Episode) -> str:
         return f"{scoring.retrievability(self._stats(obj), self._policy(obj), timezone.now()):.2f}"
 
     @admin.display(description="priority")
     def priority(self, obj: Episode) -> str:
         return f"{scoring.priority(self._stats(obj), self._policy(obj), timezone.now()):.2f}"
-
-    @admin.display(description="embedding")
-    def embedding_dims(self, obj: Episode) -> str:
-        return f"{len(obj.embedding)}-d" if obj.embedding is not None else "—"
 
     # --- actions -------------------------------------------------------------------------------------
     def _each(
@@ -158,7 +288,7 @@ class EpisodeAdmin(TenantScopedAdmin):
                 fn(episode, actor)
                 done += 1
             except (episode_services.EpisodeNotFound, episode_services.ConflictError, ValueError) as exc:
-                self.message_user(request, f"#{episode.pk}: {exc}", messages.WARNING)
+                self.message_user(request, f"{episode.public_id}: {exc}", messages.WARNING)
         self.message_user(request, f"{label} {done} episode(s)", messages.SUCCESS)
 
     @admin.action(description="Unpack: restore whole, back to hot (journaled)")

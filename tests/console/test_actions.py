@@ -49,3 +49,22 @@ def test_a_staff_user_without_the_permission_to_decide_sees_no_queue(client, a_a
     assert client.post(f"/admin/review/{candidate_of(a).pk}/approve/").status_code == 403
     assert candidate_of(a).status == "proposed"
     assert Episode.objects.across_tenants("test").filter(tenant=a, state="forgotten").count() == 0
+
+
+def test_an_episodes_buttons_act_on_the_operators_tenants_only(client, a_and_b):
+    a, b = a_and_b
+    mine = Episode.objects.across_tenants("test").filter(tenant=a, anchor=False).first()
+    theirs = Episode.objects.across_tenants("test").filter(tenant=b, anchor=False).first()
+    assert client.post(f"/admin/episodes/episode/{theirs.pk}/act/forget/").status_code == 404
+    assert client.post(f"/admin/episodes/episode/{theirs.pk}/act/pin/").status_code == 404
+    theirs.refresh_from_db()
+    assert theirs.state != "forgotten" and not theirs.anchor
+
+    page = client.get(f"/admin/episodes/episode/{mine.pk}/change/").content.decode()
+    assert 'data-action="forget"' in page and 'name="_save"' not in page
+    assert client.post(f"/admin/episodes/episode/{mine.pk}/act/nonsense/").status_code == 404
+    assert client.post(f"/admin/episodes/episode/{mine.pk}/act/forget/").status_code == 302
+    mine.refresh_from_db()
+    assert mine.state == "forgotten"
+    entry = JournalEntry.objects.across_tenants("test").filter(tenant=a, episode=mine).latest("pk")
+    assert (entry.action, entry.actor) == ("forget", "admin:op-a")

@@ -228,6 +228,61 @@ def test_review_queue_approve_and_reject_then_roll_back_from_the_journal(browser
     assert merged.state != "forgotten"
 
 
+def test_an_episode_page_is_read_only_with_its_buttons(browser_page, live_server):
+    get_user_model().objects.create_superuser("op", "op@example.com", PASSWORD)
+    acme = aged_tenant("acme", hours=2)
+    episode = acme.episodes.order_by("pk").first()
+    page = browser_page
+    log_in(page, live_server, "op")
+
+    page.goto(f"{live_server.url}/admin/episodes/episode/")
+    headers = page.inner_text("#result_list thead")
+    assert "User" in headers
+    assert "u1" in page.inner_text("#result_list tbody")
+    shot(page, "console-episodes")
+    assert fits(page)
+
+    page.click(f'#result_list a:has-text("{episode.public_id}")')
+    page.wait_for_selector(".episode-actions")
+    text = said(page)
+    for internal in ("optimistic", "seed", "Add another", "Version", "Needs reindex", "Search text"):
+        assert internal not in text, internal
+    assert page.locator('input[name="_save"], button[name="_save"]').count() == 0  # nothing to save
+    assert page.locator(".episode-actions button[data-action]").all_inner_texts() == [
+        "Pack to warm",
+        "Pack to cold",
+        "Pin",
+        "Forget",
+    ]
+    shot(page, "console-episode")
+
+    page.click('button[data-action="pin"]')
+    page.wait_for_selector(".episode-actions")
+    assert "pinned 1 episode(s)" in said(page)
+    page.click('button[data-action="pack_warm"]')
+    page.wait_for_selector('button[data-action="unpack"]')
+    episode.refresh_from_db()
+    assert episode.anchor and episode.layer == "warm"
+    page.click('button[data-action="unpack"]')
+    page.wait_for_selector('button[data-action="pack_warm"]')
+    page.click('button[data-action="forget"]')
+    page.wait_for_selector('button[data-action="restore"]')
+    episode.refresh_from_db()
+    assert episode.state == "forgotten" and episode.layer == "hot"
+    shot(page, "console-episode-forgotten")
+    page.click('button[data-action="restore"]')
+    page.wait_for_selector('button[data-action="forget"]')
+    episode.refresh_from_db()
+    assert episode.state != "forgotten"
+    actions = list(
+        JournalEntry.objects.across_tenants("test")
+        .filter(tenant=acme, episode=episode, actor="admin:op")
+        .order_by("pk")
+        .values_list("action", flat=True)
+    )
+    assert len(actions) == 5, actions  # every button journaled
+
+
 def test_create_a_key_shown_once_then_revoke_it(browser_page, live_server, client):
     get_user_model().objects.create_superuser("op", "op@example.com", PASSWORD)
     acme = tenant_create(name="acme", embedder="provided")
