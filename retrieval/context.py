@@ -101,16 +101,23 @@ def context(
         estimate_tokens(written.label(h.episode, h.score) + _date_line(h.episode, "")) + 2 for h in relevant
     ]
     room = written.left - estimate_tokens(f"## {TITLES['relevant']}\n") - 1
+    neighbours = Budget.default().neighbours
+    lists = [turns[h.episode.pk] for h in relevant]
+    # The question weighs the candidates by their text (``evidence.Clues``): a packed one's is read here.
+    unread = {t.pk for row in lists for t in row if not t.text}
+    read = turn_texts(
+        tenant, [pk for pk in evidence.candidate_ids(relevant, lists, neighbours) if pk in unread]
+    )
+    lists = [[read.get(t.pk, t) for t in row] for row in lists]
     chosen = evidence.choose(
         relevant,
-        [turns[h.episode.pk] for h in relevant],
-        Budget(tokens=max(0, room), neighbours=Budget.default().neighbours),
+        lists,
+        Budget(tokens=max(0, room), neighbours=neighbours),
         spent=sum(dated),
         similarity=turn_similarity(tenant, relevant, vector),
+        question=query_text,
     )
-    picked = [
-        [turns[h.episode.pk][i] for i in positions] for h, positions in zip(relevant, chosen, strict=True)
-    ]
+    picked = [[row[i] for i in positions] for row, positions in zip(lists, chosen, strict=True)]
     texts = turn_texts(tenant, [t.pk for row in picked for t in row if not t.text])
     picked = [[texts.get(t.pk, t) for t in row] for row in picked]
     room -= sum(dated) + sum(evidence.turn_tokens(t) for row in picked for t in row)

@@ -12,12 +12,18 @@ evidence). Then the packed hits' shapes (key points, headlines) frame their turn
 remain. The same choice serves ``POST /search`` (a hit's turns) and ``POST /context`` (its evidence
 section), whatever the hit's layer: a packed episode's chosen turns are read from Postgres.
 
+The question itself weighs the candidates whose text the caller read (``candidate_ids``): a turn
+said by someone the question names, and for a "when" or "how long" question a turn that says a
+time or a duration, stand higher (``Clues``). A vector and a rank fusion find the topic; these
+find, among the turns on it, the one that answers.
+
 Everything here is pure: the caller reads the turns (with their lengths) and the texts.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -34,6 +40,29 @@ REPLY_SHARE = 0.8
 SHARPNESS = 0.5
 #: What a shown turn costs besides its text: its role, the separator and the line break.
 TURN_OVERHEAD_TOKENS = 3
+#: A turn said by someone the question names stands this much higher (a question about a person is
+#: answered by what that person said); a turn that says what a "when" or "how long" question asks
+#: for (a time, a duration), ``ANSWER_LIFT`` higher (docs/decisions/0039).
+SPEAKER_LIFT = 2.0
+ANSWER_LIFT = 1.4
+
+#: A transcript's turn opens with its speaker: "Maya: ...".
+_SPEAKER = re.compile(r"([^\W\d_][\w.' -]{0,30}?):\s")
+_WORD = re.compile(r"\w+")
+_WEEKDAY = r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend"
+_MONTH = r"January|February|March|April|May|June|July|August|September|October|November|December"
+#: A time a turn says: relative ones and weekdays in any case, a month only capitalised ("may").
+_TIME = re.compile(
+    rf"\b(?:(?i:yesterday|today|tonight|tomorrow|ago|(?:last|next|this) (?:week|month|year|night|{_WEEKDAY})"
+    rf"|{_WEEKDAY})|{_MONTH}|(?:19|20)\d\d)\b"
+)
+_ASKS_WHEN = re.compile(r"^\s*when\b|\b(?:what|which) (?:date|day|year|month)\b|\bhow long ago\b")
+_ASKS_HOW_LONG = re.compile(r"\bhow long\b(?! ago)")
+_DURATION = re.compile(
+    r"\b(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|several|couple of)"
+    r" (?:years?|months?|weeks?|days?|hours?)\b|\bsince\b",
+    re.IGNORECASE,
+)
 
 
 def estimate_tokens(text: str) -> int:
@@ -93,6 +122,39 @@ def _asks(turn: TurnCost) -> bool:
     return turn.text.rstrip().endswith(("?", "？"))
 
 
+@dataclass(frozen=True)
+class Clues:
+    """What a question says about the turn that answers it: the words it names (a speaker among
+    them) and, for a "when" or "how long" question, what the answer holds (a time, a duration).
+    English questions only; another language's question weighs nothing here."""
+
+    words: frozenset[str] = frozenset()
+    answer: re.Pattern[str] | None = None
+
+    @classmethod
+    def of(cls, question: str) -> Clues:
+        text = question.lower()
+        answer = None
+        if _ASKS_HOW_LONG.search(text):
+            answer = _DURATION
+        elif _ASKS_WHEN.search(text):
+            answer = _TIME
+        return cls(words=frozenset(_WORD.findall(text)), answer=answer)
+
+    def lift(self, turn: TurnCost) -> float:
+        """How much higher ``turn`` stands for this question (1 when its text is not read)."""
+        text = turn.text
+        if not text:
+            return 1.0
+        lift = 1.0
+        speaker = _SPEAKER.match(text)
+        if speaker and set(_WORD.findall(speaker.group(1).lower())) <= self.words:
+            lift *= SPEAKER_LIFT
+        if self.answer is not None and self.answer.search(text):
+            lift *= ANSWER_LIFT
+        return lift
+
+
 def candidates(
     hit: Candidate, turns: Sequence[Any], neighbours: int, similarity: Mapping[int, float] | None = None
 ) -> dict[int, float]:
@@ -131,6 +193,14 @@ def candidates(
     return out
 
 
+def candidate_ids(hits: Sequence[Candidate], turns: Sequence[Sequence[Any]], neighbours: int) -> list[int]:
+    """The ids of every turn ``choose`` may show: a caller that asks it to weigh them by the
+    question reads their text first (a packed episode's turns are in the database only)."""
+    return [
+        rows[i].pk for hit, rows in zip(hits, turns, strict=True) for i in candidates(hit, rows, neighbours)
+    ]
+
+
 def packed_framing(hits: Sequence[Any], left: int, text: Callable[[Any], str]) -> set[int]:
     """The packed hits (``hit.episode`` warm or cold) whose shape, ``text(episode)``, still fits in
     ``left`` tokens after their turns were chosen, in the answer's order: their episode ids."""
@@ -150,11 +220,14 @@ def choose(
     *,
     spent: int = 0,
     similarity: Mapping[int, float] | None = None,
+    question: str = "",
 ) -> list[list[int]]:
     """Per hit, the positions in its ``turns`` to show, in the episode's order. ``spent``: tokens
     the answer already holds (packed shapes, framing); ``similarity``: turn id -> cosine to the
-    query vector, when there is one (``candidates``)."""
+    query vector, when there is one (``candidates``); ``question``: the query's text, whose
+    ``Clues`` weigh the candidates whose text is read."""
     left = budget.tokens - spent
+    clues = Clues.of(question)
     scored = [
         candidates(hit, rows, budget.neighbours, similarity) for hit, rows in zip(hits, turns, strict=True)
     ]
@@ -169,7 +242,9 @@ def choose(
         left -= cost
         return True
 
-    rest = sorted((-s, h, i) for h, scores in enumerate(scored) for i, s in scores.items())
+    rest = sorted(
+        (-s * clues.lift(turns[h][i]), h, i) for h, scores in enumerate(scored) for i, s in scores.items()
+    )
     for _, h, i in rest:
         take(h, i)
     return [sorted(positions) for positions in chosen]

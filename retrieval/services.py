@@ -485,9 +485,7 @@ def activate(
         query = SearchQuery(text=query_text, scope=scope, limit=limit, view="full")
         result = search(tenant=tenant, query=query, now=now, policy=policy)
         return Activation(
-            hits=hit_bodies(
-                tenant, result.hits, deep=False, vector=result.query_vector, question=query_text
-            ),
+            hits=hit_bodies(tenant, result.hits, deep=False, vector=result.query_vector, question=query_text),
             search=result,
         )
     candidates = list(
