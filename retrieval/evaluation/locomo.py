@@ -185,7 +185,14 @@ def evaluate_conversation(
             )["text"]
             for budget in CONTEXT_BUDGETS
         }
-        bodies = hit_bodies(tenant, result.hits[:10], deep=False, view="compact", vector=result.query_vector)
+        bodies = hit_bodies(
+            tenant,
+            result.hits[:10],
+            deep=False,
+            view="compact",
+            vector=result.query_vector,
+            question=question["question"],
+        )
         answers.append((group(conversation, question), bodies, contexts, evidence))
     # Counted after the searches: the tokenizer's threads would take the cores from the next one.
     for category, results, contexts, wanted in answers:
