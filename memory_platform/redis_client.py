@@ -193,17 +193,6 @@ class ClusterAddress:
         return cls(tuple(nodes), username, password, CLUSTER_SCHEMES[scheme.lower()])
 
 
-def hash_tag(tenant_hex: str) -> str:
-    """What every key of a tenant carries: a Redis Cluster hashes only the part between the first
-    braces, so all the tenant's keys share one slot (docs/concepts.md#where-things-live)."""
-    return f"{{{tenant_hex}}}"
-
-
-def tenant_tag(tenant_hex: str) -> str:
-    """The start of the keys of a tenant's hot documents (its index covers this prefix)."""
-    return f"mp:{hash_tag(tenant_hex)}"
-
-
 def is_cluster_url(url: str) -> bool:
     return url.partition("://")[0].lower() in CLUSTER_SCHEMES
 

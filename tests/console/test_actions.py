@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from episodes.models import Episode
-from lifecycle.models import Candidate, JournalEntry
+from lifecycle.models import Candidate, JournalEntry, policy_row
 from tests.console.test_operators import PASSWORD, operator_of, tenant_with_everything
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,3 +68,15 @@ def test_an_episodes_buttons_act_on_the_operators_tenants_only(client, a_and_b):
     assert mine.state == "forgotten"
     entry = JournalEntry.objects.across_tenants("test").filter(tenant=a, episode=mine).latest("pk")
     assert (entry.action, entry.actor) == ("forget", "admin:op-a")
+
+
+def test_the_live_preview_answers_for_the_operators_tenants_only(client, a_and_b):
+    a, b = a_and_b
+    theirs = client.post(
+        f"/admin/lifecycle/memorypolicy/{policy_row(b).pk}/preview/", {}, HTTP_HX_REQUEST="true"
+    )
+    assert theirs.status_code == 404
+    mine = client.post(
+        f"/admin/lifecycle/memorypolicy/{policy_row(a).pk}/preview/", {}, HTTP_HX_REQUEST="true"
+    )
+    assert mine.status_code == 200 and "nothing to preview" in mine.content.decode()  # an empty form

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from lifecycle.models import Candidate, JournalEntry
+from lifecycle.models import Candidate, JournalEntry, policy_row
 from lifecycle.stats import take_snapshots
 from memory_platform.tenancy.services import tenant_create
 from tests.conftest import Caller, unit_vectors
@@ -281,6 +281,44 @@ def test_an_episode_page_is_read_only_with_its_buttons(browser_page, live_server
         .values_list("action", flat=True)
     )
     assert len(actions) == 5, actions  # every button journaled
+
+
+def test_the_policy_page_previews_live_as_values_change(browser_page, live_server):
+    get_user_model().objects.create_superuser("op", "op@example.com", PASSWORD)
+    acme = aged_tenant("acme")
+    page = browser_page
+    log_in(page, live_server, "op")
+    page.goto(f"{live_server.url}/admin/tenants/{acme.pk}/dashboard/")
+    page.click("a:text-is('Policy')")
+    page.wait_for_selector("#live-preview")
+    assert "acme's policy" in page.title()
+    shot(page, "console-policy")
+    assert page.locator("details:not([open])").count() >= 8  # advanced settings folded
+    text = said(page)
+    assert "Save and add another" not in text and "Rrf k" not in text and "Days in hot" in text
+    assert page.locator('a[href$="/delete/"]').count() == 0
+    # on load: what the saved policy does now (the episodes idle past 14 days would go warm)
+    page.wait_for_selector("#live-preview #preview-moves")
+    assert page.locator("#live-preview #preview-changes").count() == 0  # nothing changed yet
+
+    page.fill("#id_hot_days", "2")  # typing is enough: no button
+    page.wait_for_selector('#preview-changes tr[data-field="hot_days"]')
+    assert page.inner_text('#preview-changes tr[data-field="hot_days"] td:nth-child(3)') == "2"
+    assert int(page.inner_text('#preview-moves tr[data-move="hot_to_warm"] td.count')) == 6
+    assert page.locator('ul.sample[data-kind="hot_to_warm"] li').count() == 5
+    assert fits(page)
+    shot(page, "console-policy-preview")
+
+    page.fill("#id_cold_days", "400")
+    page.fill("#id_hot_days", "300")
+    page.wait_for_selector("#live-preview #nothing-moves")
+    why = page.inner_text("#live-preview .why")
+    assert "last used" in why and "300 days" in why
+    shot(page, "console-policy-nothing-moves")
+    page.wait_for_function("!document.querySelector('#live-preview.htmx-request')")
+    page.goto("about:blank")  # no preview left running when the test's database is emptied
+    assert set(acme.episodes.values_list("layer", flat=True)) == {"hot"}  # nothing moved
+    assert policy_row(acme).hot_days == 14  # nothing saved
 
 
 def test_create_a_key_shown_once_then_revoke_it(browser_page, live_server, client):

@@ -68,12 +68,21 @@ def test_the_preview_shows_the_moves_of_the_entered_values_and_saves_nothing(adm
     page = response.content.decode()
     assert response.status_code == 200, page[:2000]
     assert 'data-move="hot_to_warm"' in page and 'data-kind="hot_to_warm"' in page
-    assert "<td>hot_days</td><td>14</td><td>3</td>" in page
+    assert '<tr data-field="hot_days"><td>Days in hot</td><td>14</td><td>3</td></tr>' in page
     assert (
         TickRun.objects.across_tenants("test").count(),
         JournalEntry.objects.across_tenants("test").count(),
         policy_row(aged).hot_days,
     ) == before
+
+    panel = admin_client.post(
+        f"/admin/lifecycle/memorypolicy/{policy.pk}/preview/",
+        form_data(policy, hot_days=3000, cold_days=4000, theta_delete=-100, theta_active=-99),
+        HTTP_HX_REQUEST="true",
+    ).content.decode()
+    assert "<html" not in panel and 'id="nothing-moves"' in panel, panel[panel.find("preview-moves") :][:600]
+    assert "The longest unused hot memory was last used" in panel
+    assert "go warm after 3000 days unused" in panel
 
     invalid = admin_client.post(
         f"/admin/lifecycle/memorypolicy/{policy.pk}/preview/", form_data(policy, hot_days=-1)
@@ -110,3 +119,15 @@ def test_statements_per_page_do_not_grow_with_tenants_or_episodes(admin_client, 
         return len(queries)
 
     assert statements(1, 1) == statements(20, 3)
+
+
+def test_the_policy_page_is_presets_and_a_few_settings_with_the_rest_folded(admin_client, aged):
+    policy = policy_row(aged)
+    page = admin_client.get(f"/admin/lifecycle/memorypolicy/{policy.pk}/change/").content.decode()
+    assert "Days in hot" in page and "Rank smoothing" in page and "Rrf k" not in page
+    assert "Llm base url" not in page and "seed" not in page and "DESIGN" not in page
+    assert page.count("<details") >= 8  # the advanced groups, folded
+    assert "Save and add another" not in page and "/delete/" not in page
+    assert 'id="live-preview"' in page and "hx-post" in page
+    assert admin_client.get("/admin/lifecycle/memorypolicy/add/").status_code == 403
+    assert admin_client.post(f"/admin/lifecycle/memorypolicy/{policy.pk}/delete/").status_code == 403
