@@ -24,7 +24,10 @@ from retrieval.services import search_shaped
 
 
 class PlaygroundForm(forms.Form):
-    tenant = forms.ChoiceField(help_text="The search runs as this tenant, over its memories only.")
+    tenant = forms.ChoiceField(
+        help_text="The search runs as this tenant, over its memories only.",
+        widget=forms.Select(attrs={"class": "mp-input"}),
+    )
     query = forms.CharField(max_length=2000, widget=forms.TextInput(attrs={"autofocus": True}))
     user_id = forms.CharField(
         required=False,

@@ -80,3 +80,21 @@ def test_the_live_preview_answers_for_the_operators_tenants_only(client, a_and_b
         f"/admin/lifecycle/memorypolicy/{policy_row(a).pk}/preview/", {}, HTTP_HX_REQUEST="true"
     )
     assert mine.status_code == 200 and "nothing to preview" in mine.content.decode()  # an empty form
+
+
+def test_the_playground_searches_only_as_the_operators_tenants(client, a_and_b):
+    a, b = a_and_b
+    page = client.get("/admin/playground/").content.decode()
+    assert f'value="{a.name}"' in page and b.name not in page
+    as_b = client.post("/admin/playground/", {"tenant": b.name, "query": "cabin", "limit": 5})
+    body = as_b.content.decode()
+    assert as_b.status_code == 200 and "playground-hit" not in body and "Select a valid choice" in body
+    assert not [
+        pid
+        for pid in Episode.objects.across_tenants("test").filter(tenant=b).values_list("public_id", flat=True)
+        if pid in body
+    ]
+    as_a = client.post(
+        "/admin/playground/", {"tenant": a.name, "query": "cabin", "limit": 5}
+    ).content.decode()
+    assert "playground-summary" in as_a

@@ -321,6 +321,34 @@ def test_the_policy_page_previews_live_as_values_change(browser_page, live_serve
     assert policy_row(acme).hot_days == 14  # nothing saved
 
 
+def test_the_search_playground_shows_hits_turns_and_explain(browser_page, live_server):
+    get_user_model().objects.create_superuser("op", "op@example.com", PASSWORD)
+    acme = aged_tenant("acme", hours=2)
+    tenant_create(name="beta", embedder="provided")
+    page = browser_page
+    log_in(page, live_server, "op")
+    page.click('#nav-sidebar-apps a:has-text("Search playground")')
+    page.select_option("#id_tenant", "acme")
+    page.fill("#id_query", "cabin near Lake Tahoe")
+    page.click("#run-search")
+    page.wait_for_selector("#playground-summary")
+    hits = page.locator(".playground-hit")
+    assert hits.count() >= 1
+    first = hits.first
+    assert first.get_attribute("data-episode") in set(acme.episodes.values_list("public_id", flat=True))
+    assert "Lake Tahoe" in first.locator(".shown-turns").inner_text()
+    assert "user u1" in first.inner_text()
+    first.locator("details summary").click()
+    assert '"' in first.locator("pre.explain").inner_text()  # the ranking's parts, as JSON
+    assert fits(page)
+    shot(page, "console-playground")
+    # a trial records no access: the memories' scores stay as they were
+    assert sum(acme.episodes.values_list("access_count", flat=True)) == 0
+    # it is a search: the home counts it
+    page.goto(f"{live_server.url}/admin/")
+    assert cell(page, "acme", "searches").split()[0] == "5"  # four before, and this one
+
+
 def test_create_a_key_shown_once_then_revoke_it(browser_page, live_server, client):
     get_user_model().objects.create_superuser("op", "op@example.com", PASSWORD)
     acme = tenant_create(name="acme", embedder="provided")
