@@ -4,6 +4,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import ValidationError
@@ -18,7 +19,7 @@ from unfold.admin import ModelAdmin, TabularInline
 
 from ..admin_base import ReadOnlyAdmin, TenantScopedAdmin, admin_actor
 from .audit import key_uses_of
-from .models import ApiKey, AuditEvent, Tenant, TenantOperator
+from .models import SCOPES, ApiKey, AuditEvent, Tenant, TenantOperator
 from .scoping import across_tenants
 from .services import api_key_add, api_key_revoke, api_key_rotate
 
@@ -88,6 +89,29 @@ class TenantAdmin(TenantScopedAdmin):
         return fields
 
 
+#: What each scope lets a key do, as the key form offers them.
+SCOPE_CHOICES = {
+    "read": "read: search, context and reading memories",
+    "write": "write: adding turns and memories, pinning, forgetting, links",
+    "admin": "admin: the policy, the review queue, export, import and erasure",
+}
+
+
+class ApiKeyForm(forms.ModelForm):
+    """A key's scopes as boxes to tick, one per scope the API knows (``models.SCOPES``)."""
+
+    scopes = forms.MultipleChoiceField(
+        choices=[(scope, SCOPE_CHOICES.get(scope, scope)) for scope in SCOPES],
+        widget=forms.CheckboxSelectMultiple,
+        initial=["read", "write"],
+        help_text="A request needs its endpoint's scope; give a key the fewest it needs.",
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ("name", "tenant", "scopes", "expiry_date")
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(TenantScopedAdmin, APIKeyModelAdmin):
     list_display = (  # type: ignore[assignment]
@@ -111,6 +135,13 @@ class ApiKeyAdmin(TenantScopedAdmin, APIKeyModelAdmin):
     list_display_links = None
 
     change_list_template = "admin/tenancy/apikey/change_list.html"
+    form = ApiKeyForm
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # A new key is not revoked: the box shows on an existing key's page only (read-only
+        # there: the action revokes, and records who did).
+        fields = ["name", "tenant", "scopes", "expiry_date"]
+        return fields if obj is None else ["prefix", *fields, "revoked", "last_used_at"]
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any = None, change: bool = False) -> None:
         if obj.pk:
