@@ -32,7 +32,7 @@ from urllib.parse import quote, unquote
 import redis
 from django.conf import settings
 from redis.backoff import NoBackoff
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import ClusterNode, RedisCluster, merge_result
 from redis.retry import Retry
 
 from memory_platform.conf import memory_settings
@@ -193,6 +193,17 @@ class ClusterAddress:
         return cls(tuple(nodes), username, password, CLUSTER_SCHEMES[scheme.lower()])
 
 
+def hash_tag(tenant_hex: str) -> str:
+    """What every key of a tenant carries: a Redis Cluster hashes only the part between the first
+    braces, so all the tenant's keys share one slot (docs/concepts.md#where-things-live)."""
+    return f"{{{tenant_hex}}}"
+
+
+def tenant_tag(tenant_hex: str) -> str:
+    """The start of the keys of a tenant's hot documents (its index covers this prefix)."""
+    return f"mp:{hash_tag(tenant_hex)}"
+
+
 def is_cluster_url(url: str) -> bool:
     return url.partition("://")[0].lower() in CLUSTER_SCHEMES
 
@@ -231,7 +242,7 @@ def _cluster_client(url: str, timeout: float) -> RedisCluster:
     # Built from a URL, redis-py gives each node a pool of ``connection_class`` (the circuit's);
     # the class, not the scheme, says TLS.
     userinfo = f"{quote(address.username or '', safe='')}:{quote(address.password or '', safe='')}@"
-    return RedisCluster(
+    client = RedisCluster(
         url=f"redis://{userinfo if address.username or address.password else ''}{host}:{port}/0",
         startup_nodes=[ClusterNode(h, p) for h, p in others],
         connection_class=_guarded(redis.SSLConnection if address.tls else redis.Connection),
@@ -239,6 +250,11 @@ def _cluster_client(url: str, timeout: float) -> RedisCluster:
         socket_connect_timeout=min(timeout, 2.0),
         retry=Retry(NoBackoff(), 1),
     )
+    # FT._LIST names no key, and each master lists its own indexes: asked of every master, the
+    # names merged (redis-py would ask a random one).
+    client.command_flags["FT._LIST"] = RedisCluster.PRIMARIES
+    client.result_callbacks["FT._LIST"] = merge_result
+    return client
 
 
 def on_owner_of(client: Client, key: str) -> dict[str, Any]:
