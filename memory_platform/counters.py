@@ -8,7 +8,9 @@ read from Postgres (``lifecycle.stats``); what passes and leaves no row (searche
 hits by layer, unpacks, feedback, turns ingested, requests) is counted here.
 
 One Redis hash per scope (a tenant's primary key, or ``PLATFORM`` for what belongs to no tenant);
-a field is a metric's name with its labels, ``search_ms|path=hot|le=25``. Histograms keep one
+a field is a metric's name with its labels, ``search_ms|path=hot|le=25``. A tenant's hash carries
+its hash tag, ``mp:metrics:{<tenant hex>}``, as every key of the tenant does (``key_of``); not
+its documents' prefix, which its hot index covers. Histograms keep one
 field per bucket (not cumulative), ``_count`` and ``_sum``. Counts are buffered in the process and
 written about every second (``MEMORY["COUNTERS_FLUSH_SECONDS"]``), off the request path. Counting
 fails open: a Redis outage loses counts, never a request; the hourly snapshots
@@ -21,7 +23,9 @@ import atexit
 import logging
 import math
 import os
+import secrets
 import threading
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 import redis
 
 from .conf import memory_settings
-from .redis_client import get_redis
+from .redis_client import Client, get_redis, hash_tag, is_cluster_url
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +76,7 @@ def write(
 ) -> None:
     """Counters and observations of one scope, added to this process's buffer (written to Redis by
     its flushing thread: a search pays a dictionary update, not a round trip)."""
-    key = PREFIX + str(scope)
+    key = key_of(scope)
     adds: list[tuple[str, str, float]] = []
     for name, labels, amount in counts:
         if amount:
@@ -121,7 +125,7 @@ class _Buffer:
         if not pending:
             return
         try:
-            pipe = get_redis().pipeline(transaction=False)
+            pipe = _client().pipeline(transaction=False)
             for (key, name), amount in pending.items():
                 if name.split("|", 1)[0].endswith("_sum"):
                     pipe.hincrbyfloat(key, name, amount)
@@ -158,9 +162,9 @@ def read(scopes: Iterable[object]) -> dict[str, dict[str, Series]]:
     names = [str(s) for s in scopes]
     out: dict[str, dict[str, Series]] = {name: {} for name in names}
     try:
-        pipe = get_redis().pipeline(transaction=False)
+        pipe = _client().pipeline(transaction=False)
         for name in names:
-            pipe.hgetall(PREFIX + name)
+            pipe.hgetall(key_of(name))
         replies = pipe.execute()
     except (redis.RedisError, OSError):
         logger.warning("counters unavailable (Redis)", exc_info=True)
@@ -227,7 +231,7 @@ def histogram(metrics: Mapping[str, Series], name: str, **match: str) -> Histogr
 def fields_of(scope: object) -> dict[str, str]:
     """The raw fields of one scope's hash (an export carries them); empty when there are none."""
     flush()
-    reply = get_redis().hgetall(key_of(scope))
+    reply = _client().hgetall(key_of(scope))
     return {
         (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
         for k, v in reply.items()
@@ -238,7 +242,7 @@ def add_fields(scope: object, fields: Mapping[str, str]) -> None:
     """Add raw fields (``fields_of`` of an export) to a scope: counts add up, as counting does."""
     if not fields:
         return
-    pipe = get_redis().pipeline(transaction=False)
+    pipe = _client().pipeline(transaction=False)
     for name, value in fields.items():
         if name.split("|", 1)[0].endswith("_sum"):
             pipe.hincrbyfloat(key_of(scope), name, float(value))
@@ -250,9 +254,62 @@ def add_fields(scope: object, fields: Mapping[str, str]) -> None:
 def erase(scope: object) -> int:
     """Remove a scope's counters for good (a tenant's data erasure); returns the keys removed."""
     flush()
-    return int(get_redis().delete(key_of(scope)))
+    return int(_client().delete(key_of(scope)))
 
 
 def key_of(scope: object) -> str:
-    """The Redis key that holds a scope's counters (an erasure's verification looks for it)."""
-    return PREFIX + str(scope)
+    """The Redis key that holds a scope's counters (an erasure's verification looks for it): a
+    tenant's (its primary key, or ``<name>:<its primary key>``) under its hash tag, so that on a
+    Redis Cluster they live with its other keys; others under ``PREFIX``."""
+    name, _, last = str(scope).rpartition(":")
+    try:
+        tenant = uuid.UUID(last)
+    except ValueError:
+        return PREFIX + str(scope)
+    return PREFIX + (f"{name}:" if name else "") + hash_tag(tenant.hex)
+
+
+#: Set once the counters of every tenant are under its hash tag (``_adopt_untagged``).
+TAGGED_MARKER = "mp:meta:metrics-tagged"
+_adopted = threading.Event()
+
+
+def _client() -> Client:
+    """The Redis client, once this deployment's counters written before the hash tag are moved
+    under it (the first use in each process looks)."""
+    client = get_redis()
+    if not _adopted.is_set():
+        _adopt_untagged(client)
+        _adopted.set()
+    return client
+
+
+def _adopt_untagged(client: Client) -> None:
+    """Add each tenant's counters written under ``mp:metrics:<scope>`` (before they carried the
+    hash tag) into ``key_of(scope)``, once per deployment (``TAGGED_MARKER``). Each old hash is
+    renamed to a key of this process's first, so that two processes cannot both add it. A cluster
+    never held them: this version is the first to run on one."""
+    from django.conf import settings
+
+    if is_cluster_url(settings.REDIS_URL) or client.exists(TAGGED_MARKER):
+        return
+    for raw in client.scan_iter(match=PREFIX + "*", count=1000):
+        old = raw.decode() if isinstance(raw, bytes) else raw
+        new = key_of(old[len(PREFIX) :])
+        if new == old:
+            continue
+        claimed = f"mp:meta:metrics-adopting:{secrets.token_hex(8)}"
+        try:
+            client.rename(old, claimed)
+        except redis.ResponseError:
+            continue  # another process took it
+        pipe = client.pipeline(transaction=False)
+        for field_name, value in client.hgetall(claimed).items():
+            name = field_name.decode() if isinstance(field_name, bytes) else field_name
+            if name.split("|", 1)[0].endswith("_sum"):
+                pipe.hincrbyfloat(new, name, float(value))
+            else:
+                pipe.hincrby(new, name, int(float(value)))
+        pipe.delete(claimed)
+        pipe.execute()
+    client.set(TAGGED_MARKER, "1")

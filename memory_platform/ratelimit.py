@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
 
-from memory_platform.redis_client import get_redis
+from memory_platform.redis_client import Client, get_redis, hash_tag
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +52,12 @@ class _Window:
     number: int
 
     @classmethod
-    def of(cls, bucket: str, rate: Rate, now: float) -> _Window:
+    def of(cls, bucket: str, rate: Rate, now: float, tenant: object = None) -> _Window:
+        """A tenant's windows carry its hash tag, as every key of the tenant does (on a Redis
+        Cluster they live with its other keys); the others (failed logins by address) do not."""
         number = int(now // rate.seconds)
-        return cls(f"mp:rl:{bucket}:{rate.seconds}:{number}", rate, number)
+        tag = f"{hash_tag(uuid.UUID(str(tenant)).hex)}:" if tenant is not None else ""
+        return cls(f"mp:rl:{tag}{bucket}:{rate.seconds}:{number}", rate, number)
 
     @property
     def ends(self) -> float:
@@ -140,7 +144,7 @@ def _waits(windows: list[_Window], counts: list[int], now: float, *, at_least: i
 def _counts(
     windows: list[_Window],
     now: float,
-    in_redis: Callable[[redis.Redis], list[int]],
+    in_redis: Callable[[Client], list[int]],
     locally: Callable[[list[_Window], float], list[int]],
 ) -> list[int]:
     """The windows' counts as Redis gives them (``in_redis``), or, while it cannot be reached, as
@@ -154,12 +158,12 @@ def _counts(
     return counts
 
 
-def hit_all(buckets: list[tuple[str, Rate]], now: float) -> float | None:
+def hit_all(buckets: list[tuple[str, Rate]], now: float, *, tenant: object = None) -> float | None:
     """Count a request in each bucket, in one round trip: the longest wait of those over their
-    rate, else None."""
-    windows = [_Window.of(bucket, rate, now) for bucket, rate in buckets]
+    rate, else None. ``tenant`` (its primary key): the buckets are the tenant's."""
+    windows = [_Window.of(bucket, rate, now, tenant) for bucket, rate in buckets]
 
-    def in_redis(client: redis.Redis) -> list[int]:
+    def in_redis(client: Client) -> list[int]:
         pipe = client.pipeline(transaction=False)
         for window in windows:
             pipe.incr(window.key)
@@ -169,19 +173,19 @@ def hit_all(buckets: list[tuple[str, Rate]], now: float) -> float | None:
     return _waits(windows, _counts(windows, now, in_redis, local_windows.incr), now, at_least=1)
 
 
-def hit(bucket: str, rate: Rate, now: float) -> float | None:
+def hit(bucket: str, rate: Rate, now: float, *, tenant: object = None) -> float | None:
     """``hit_all`` of one bucket."""
-    return hit_all([(bucket, rate)], now)
+    return hit_all([(bucket, rate)], now, tenant=tenant)
 
 
-def over_all(buckets: list[tuple[str, Rate]], now: float) -> float | None:
+def over_all(buckets: list[tuple[str, Rate]], now: float, *, tenant: object = None) -> float | None:
     """Like ``hit_all`` without counting: the longest wait of the buckets whose window is already
     full, else None."""
-    windows = [_Window.of(bucket, rate, now) for bucket, rate in buckets]
+    windows = [_Window.of(bucket, rate, now, tenant) for bucket, rate in buckets]
     if not windows:
         return None
 
-    def in_redis(client: redis.Redis) -> list[int]:
+    def in_redis(client: Client) -> list[int]:
         return [int(c or 0) for c in client.mget([window.key for window in windows])]
 
     return _waits(windows, _counts(windows, now, in_redis, local_windows.get), now, at_least=0)

@@ -56,6 +56,58 @@ def _clean_redis():
     yield
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "single_redis: in a module run on both Redis deployments (redis_deployment), a test of what "
+        "only the single embedded server does (its restart, its settings); run there only",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that uses ``redis_deployment`` runs on the single server and on the cluster."""
+    if "redis_deployment" in metafunc.fixturenames:
+        single_only = metafunc.definition.get_closest_marker("single_redis") is not None
+        metafunc.parametrize(
+            "redis_deployment", ["single"] if single_only else ["single", "cluster"], indirect=True
+        )
+
+
+@pytest.fixture(scope="session")
+def redis_cluster():
+    """A local 3-master Redis Cluster, started once for the run (when a test asks for it)."""
+    from memory_platform.embedded.redis_cluster import EmbeddedRedisCluster
+
+    cluster = EmbeddedRedisCluster(settings.VAR_DIR, masters=3, maxmemory="512mb")
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def redis_deployment(request):
+    """The hot tier, counters and rate limits on the single embedded server ("single") or on a
+    3-master cluster ("cluster", through ``REDIS_URL=redis+cluster://...``). A module opts in with
+    ``pytestmark = pytest.mark.usefixtures("redis_deployment")``; its tests then run on both."""
+    if request.param == "single":
+        yield "single"
+        return
+    from episodes.stores import hot
+    from memory_platform import counters
+    from memory_platform.redis_client import get_redis
+
+    cluster = request.getfixturevalue("redis_cluster")
+    counters.flush()  # counts of the single server's tests go there
+    single_url, single_store = settings.REDIS_URL, hot._store
+    settings.REDIS_URL, hot._store = cluster.url(), None
+    get_redis().flushdb()  # every master
+    try:
+        yield "cluster"
+    finally:
+        counters.flush()
+        settings.REDIS_URL, hot._store = single_url, single_store
+
+
 @pytest.fixture(autouse=True)
 def _public_ids_only():
     """The test's API answers named no episode or turn by its integer key (tests/public_answers.py)."""

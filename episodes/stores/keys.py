@@ -6,6 +6,8 @@ share a cluster slot and tenants can be spread over a Redis Cluster (docs/concep
 
 from __future__ import annotations
 
+from memory_platform.redis_client import tenant_tag
+
 INDEX_BASE = "mp:idx:hot:v5"
 ALGORITHMS = ("FLAT", "HNSW")
 # Per-tenant indexes of earlier versions whose documents hold tag values this version does not
@@ -53,10 +55,6 @@ def exact(value: str) -> str:
 
 DOC_TURN = "turn"
 DOC_EPISODE = "episode"
-
-
-def tenant_tag(tenant_hex: str) -> str:
-    return f"mp:{{{tenant_hex}}}"
 
 
 def turn_key(tenant_hex: str, turn_id: int) -> str:

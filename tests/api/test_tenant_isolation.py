@@ -8,7 +8,7 @@ from episodes.scope import Scope
 from episodes.stores.hot import hot_store
 from tests.conftest import pk, turn_pk
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("redis_deployment")]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from memory_platform.redis_client import info_field
 
 from ..conftest import Caller, pk, unit_vectors
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("redis_deployment")]
 
 
 def ingest(caller, session, vectors):
@@ -48,8 +48,13 @@ def turn_ids(hits):
     return [h.turn_id for h in hits]
 
 
-def index_names(client):
-    return {n.decode() if isinstance(n, bytes) else n for n in client.execute_command("FT._LIST")}
+def index_names(store):
+    return set(store.index_names())
+
+
+def tenant_keys(store, tenant_hex):
+    """The tenant's keys, wherever they are (SCAN asks every master of a cluster)."""
+    return list(store.client.scan_iter(match=keys.tenant_pattern(tenant_hex)))
 
 
 def test_each_tenant_has_its_own_index_walked_by_default_and_scored_exactly_when_narrowed(provided):
@@ -60,7 +65,7 @@ def test_each_tenant_has_its_own_index_walked_by_default_and_scored_exactly_when
     ingest(outsider, "s1", outsider_vectors)
     tenant_hex, outsider_hex = provided.tenant.id.hex, outsider.tenant.id.hex
     store = hot_store()
-    assert {store.index_name(tenant_hex), store.index_name(outsider_hex)} <= index_names(store.client)
+    assert {store.index_name(tenant_hex), store.index_name(outsider_hex)} <= index_names(store)
     # 30 turn documents and 30 episode documents: the outsider's are in its own index.
     info = store.client.execute_command("FT.INFO", store.index_name(tenant_hex))
     assert int(info_field(info, "num_docs")) == 60
@@ -86,7 +91,7 @@ def test_each_tenant_has_its_own_index_walked_by_default_and_scored_exactly_when
 
     # Dropping a tenant drops its index and documents, and nobody else's.
     store.drop_tenant(outsider_hex)
-    assert store.index_name(outsider_hex) not in index_names(store.client)
+    assert store.index_name(outsider_hex) not in index_names(store)
     assert store.count(outsider_hex) == 0 and store.count(tenant_hex) == 30
 
 
@@ -113,6 +118,7 @@ def test_an_outsiders_text_does_not_move_a_tenants_bm25_scores(provided):
     assert ranking() == before
 
 
+@pytest.mark.single_redis
 def test_replies_read_the_same_over_resp2_and_resp3(provided):
     vectors = unit_vectors(5, seed=13)
     ingest(provided, "s1", vectors)
@@ -150,11 +156,12 @@ def test_documents_of_the_shared_index_of_earlier_versions_are_found_through_the
         tenant_hex, vector=vectors[4], text="ledger apples", scope=Scope(states=("active",)), k=30
     )
     assert hits[0].turn_id == ids[4] and {h.turn_id for h in hits} == set(ids) and len(text_hits) == 25
-    names = index_names(store.client)
+    names = index_names(store)
     assert keys.LEGACY_INDEXES[1] not in names and store.index_name(tenant_hex) in names
     assert store.client.get(keys.BACKFILL_MARKER) == keys.LEGACY_INDEXES[1].encode()
 
 
+@pytest.mark.single_redis
 def test_a_new_index_scans_the_keyspace_only_after_an_index_over_existing_documents_was_dropped(provided):
     store = hot_store()
     tenant_hex = provided.tenant.id.hex
@@ -232,6 +239,7 @@ def test_feedback_moves_the_knn_query_towards_the_best_text_hits_of_the_tenant_o
     assert nothing == [] and turn_ids(unmatched) == turn_ids(plain)
 
 
+@pytest.mark.single_redis
 def test_a_restarted_redis_ranks_text_as_before_without_dead_records_from_its_log(provided):
     from django.conf import settings
 
@@ -284,13 +292,13 @@ def test_a_deleted_tenants_hot_documents_and_index_go_with_it(provided):
     ingest(outsider, "s1", unit_vectors(3, seed=42))
     store = hot_store()
     tenant_hex, outsider_hex = provided.tenant.id.hex, outsider.tenant.id.hex
-    assert store.client.exists(*store.client.keys(keys.tenant_pattern(outsider_hex))) == 6
+    assert len(tenant_keys(store, outsider_hex)) == 6
 
     outsider.tenant.delete()
-    assert store.index_name(outsider_hex) not in index_names(store.client)
-    assert store.client.keys(keys.tenant_pattern(outsider_hex)) == []
+    assert store.index_name(outsider_hex) not in index_names(store)
+    assert tenant_keys(store, outsider_hex) == []
     # Nobody else's.
-    assert store.count(tenant_hex) == 4 and store.index_name(tenant_hex) in index_names(store.client)
+    assert store.count(tenant_hex) == 4 and store.index_name(tenant_hex) in index_names(store)
 
 
 def test_collecting_garbage_takes_removed_documents_out_of_bm25s_statistics(provided):
@@ -368,6 +376,7 @@ def test_an_outdated_index_is_replaced_and_its_tenant_indexed_again(caller):
     call_command("rebuild_hot", if_outdated=True)  # nothing outdated: nothing to do
 
 
+@pytest.mark.single_redis
 def test_the_embedded_server_collects_removed_documents_within_seconds(provided):
     from memory_platform.embedded.redis import GC_SETTINGS
     from memory_platform.redis_client import get_redis
@@ -428,6 +437,7 @@ def test_a_turn_arriving_in_a_long_session_rewrites_only_what_changed(provided):
     assert len(hits) == 2  # the new turn, and the one before it whose window reads it
 
 
+@pytest.mark.single_redis
 def test_an_embedded_server_started_by_an_earlier_release_gets_the_gc_settings(provided):
     from django.conf import settings
 

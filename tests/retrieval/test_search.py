@@ -10,7 +10,7 @@ from memory_platform.redis_client import get_redis
 from retrieval.usage import recorder
 from tests.conftest import pk, turn_pk
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("redis_deployment")]
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -213,6 +213,7 @@ def test_get_depth_deep_unpacks_a_warm_episode(caller, corpus):
     assert corpus["cooking"] in ids(shallow)
 
 
+@pytest.mark.single_redis
 def test_degraded_search_with_redis_stopped(caller, corpus):
     server = settings.EMBEDDED_REDIS
     server.stop()

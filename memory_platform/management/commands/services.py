@@ -2,37 +2,62 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from memory_platform.embedded import PortTakenError
+from memory_platform.embedded.redis_cluster import EmbeddedRedisCluster
+
+
+def local_cluster(masters: int | None = None) -> EmbeddedRedisCluster:
+    """The local Redis Cluster under ``MEMORY_VAR_DIR`` (its masters as started, unless given)."""
+    cluster = EmbeddedRedisCluster(settings.VAR_DIR, masters=1, maxmemory=settings.REDIS_MAXMEMORY)
+    cluster.masters = masters or len(cluster.ports()) or 3
+    return cluster
 
 
 class Command(BaseCommand):
     help = (
-        "Start, stop or show the embedded Postgres and Redis (used when DATABASE_URL / REDIS_URL are unset)."
+        "Start, stop or show the embedded Postgres and Redis (used when DATABASE_URL / REDIS_URL are "
+        "unset), and a local Redis Cluster for tests and trials (--redis-cluster N)."
     )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("action", choices=["start", "stop", "status"])
+        parser.add_argument(
+            "--redis-cluster",
+            type=int,
+            metavar="N",
+            help="start: also a local Redis Cluster of N masters under MEMORY_VAR_DIR/redis-cluster "
+            "(the platform uses it with REDIS_URL=$(cat MEMORY_VAR_DIR/redis-cluster/url))",
+        )
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
         pg, rd = settings.EMBEDDED_POSTGRES, settings.EMBEDDED_REDIS
+        cluster = local_cluster(opts["redis_cluster"])
         action = opts["action"]
+        if opts["redis_cluster"] is not None and (action != "start" or opts["redis_cluster"] < 1):
+            raise CommandError(
+                "--redis-cluster N (N at least 1) goes with start; stop and status know the cluster"
+            )
         if action == "start":
             try:
                 if pg is not None:
                     pg.start()
                 if rd is not None:
                     rd.start()
-            except PortTakenError as exc:
+                if opts["redis_cluster"]:
+                    cluster.start()
+            except (PortTakenError, RuntimeError) as exc:
                 raise CommandError(str(exc)) from exc
         elif action == "stop":
             # Redis first: nothing in Postgres depends on it, and its AOF is fsynced by SHUTDOWN.
+            if cluster.ports():
+                self.stdout.write(f"redis-cluster {'stopped' if cluster.stop() else 'was not running'}")
             if rd is not None:
                 self.stdout.write(f"redis    {'stopped' if rd.stop() else 'was not running'}")
             if pg is not None:
                 self.stdout.write(f"postgres {'stopped' if pg.stop() else 'was not running'}")
             return
-        self._status(pg, rd)
+        self._status(pg, rd, cluster)
 
-    def _status(self, pg, rd):  # type: ignore[no-untyped-def]
+    def _status(self, pg, rd, cluster):  # type: ignore[no-untyped-def]
         if pg is None:
             self.stdout.write("postgres external (DATABASE_URL)")
         else:
@@ -45,3 +70,12 @@ class Command(BaseCommand):
             r = rd.status()
             where = f"127.0.0.1:{r.port}, pid {r.pid}" if r.running else "not running"
             self.stdout.write(f"redis    {'running' if r.running else 'stopped'}  {where}  data {r.datadir}")
+        if cluster.ports():
+            c = cluster.status()
+            self.stdout.write(
+                f"redis-cluster {'running' if c.running else 'stopped'}  state {c.state}  "
+                f"{len(c.nodes)} masters  data {c.datadir}  (REDIS_URL in {cluster.urlfile})"
+            )
+            for node in c.nodes:
+                where = f"pid {node.pid}" if node.running else "not running"
+                self.stdout.write(f"  master 127.0.0.1:{node.port}  slots {node.slots}  {where}")
