@@ -412,3 +412,28 @@ def test_an_operator_of_one_tenant_sees_only_it(browser_page, live_server):
         assert "beta" not in page.content() and "acme" in page.content(), path
     assert page.goto(f"{live_server.url}/admin/tenants/{beta.pk}/dashboard/").status == 404
     assert page.goto(f"{live_server.url}/admin/django_q/schedule/").status in (403, 404)
+
+
+def test_every_list_fits_the_window(browser_page, live_server):
+    get_user_model().objects.create_superuser("op", "op@example.com", PASSWORD)
+    acme = aged_tenant("acme", hours=2)
+    from lifecycle.tasks import tick_tenant
+
+    tick_tenant(str(acme.pk))  # a tick run with its counts
+    page = browser_page
+    log_in(page, live_server, "op")
+    unfit = []
+    for path in (
+        "lifecycle/tickrun/",
+        "lifecycle/memorypolicy/",
+        "episodes/turn/",
+        "episodes/link/",
+        "tenancy/apikey/",
+        "tenancy/tenant/",
+        "tenancy/auditevent/",
+    ):
+        page.goto(f"{live_server.url}/admin/{path}")
+        shot(page, "console-list-" + path.strip("/").replace("/", "-"))
+        if not fits(page):
+            unfit.append(path)
+    assert not unfit
