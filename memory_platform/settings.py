@@ -194,9 +194,6 @@ INSTALLED_APPS = [
     # The console's theme (docs/decisions/0051-console-on-unfold.md): its templates come before the
     # admin's; the basic config, since the console names its own site (console.site.ConsoleSite).
     "unfold.apps.BasicAppConfig",
-    # The console's theme (docs/decisions/0051-console-on-unfold.md): its templates come before the
-    # admin's; the basic config, since the console names its own site (console.site.ConsoleSite).
-    "unfold.apps.BasicAppConfig",
     "console.admin_config.ConsoleAdminConfig",  # django.contrib.admin with the console's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
