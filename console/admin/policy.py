@@ -382,7 +382,14 @@ class MemoryPolicyAdmin(TenantScopedAdmin):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         policy = self.get_object(request, object_id)
-        changes = PolicyChange.objects.filter(tenant_id=policy.tenant_id)[:50] if policy is not None else []
+        saved = PolicyChange.objects.filter(tenant_id=policy.tenant_id)[:50] if policy is not None else []
+        changes = [
+            (
+                change,
+                [(WORDS.get(name, (name, ""))[0], old, new) for name, (old, new) in change.changes.items()],
+            )
+            for change in saved
+        ]
         return super().change_view(
             request,
             object_id,

@@ -3,6 +3,7 @@ confirmation page) and the merge and delete candidates (approve or reject)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin, messages
@@ -58,6 +59,36 @@ class JournalEntryAdmin(ReadOnlyAdmin):
     search_fields = ("episode_id_value", "action")
     date_hierarchy = "created_at"
     actions = ["roll_back"]
+    # The page of one entry: what changed, from what to what (the model's help texts are a
+    # developer's; these labels are the operator's).
+    fields = (
+        "tenant",
+        "created_at",
+        "action_shown",
+        "actor_shown",
+        "memory",
+        "tick_run",
+        "before_shown",
+        "after_shown",
+        "rolled_back_at",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="action")
+    def action_shown(self, entry: JournalEntry) -> str:
+        return entry.action
+
+    @admin.display(description="by")
+    def actor_shown(self, entry: JournalEntry) -> str:
+        return entry.actor or "—"
+
+    @admin.display(description="before (what a rollback restores)")
+    def before_shown(self, entry: JournalEntry) -> str:
+        return json.dumps(entry.before, indent=1, sort_keys=True, default=str)[:2000]
+
+    @admin.display(description="after")
+    def after_shown(self, entry: JournalEntry) -> str:
+        return json.dumps(entry.after, indent=1, sort_keys=True, default=str)[:2000]
 
     @admin.display(description="memory", ordering="episode_id_value")
     def memory(self, entry: JournalEntry) -> str:

@@ -53,6 +53,16 @@ def test_a_saved_change_is_recorded_with_who_and_old_and_new_values(admin_client
         and "admin:op" in page
         and "sk-secret" not in page.split("policy-changes")[1]
     )
+    assert "<td>Days in hot</td><td>14</td><td>7</td>" in page.split("policy-changes")[1]  # by its label
+
+
+def test_a_journal_entrys_page_says_what_a_rollback_restores(admin_client, aged):
+    episode = aged.episodes.order_by("pk").first()
+    episode_pin(tenant=aged, episode_id=episode.pk, anchor=True, now=NOW, actor="test")
+    entry = JournalEntry.objects.across_tenants("test").filter(tenant=aged, action="anchor").latest("pk")
+    page = admin_client.get(f"/admin/lifecycle/journalentry/{entry.pk}/change/").content.decode()
+    assert "what a rollback restores" in page and episode.public_id in page
+    assert "demote_warm" not in page and "enough of the old state" not in page
 
 
 def test_the_preview_shows_the_moves_of_the_entered_values_and_saves_nothing(admin_client, aged):
