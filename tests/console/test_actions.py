@@ -31,6 +31,8 @@ def test_the_review_queue_shows_and_decides_only_the_operators_tenants(client, a
     assert f'data-candidate="{candidate_of(a).pk}"' in page and a.name in page
     assert f'data-candidate="{candidate_of(b).pk}"' not in page and b.name not in page
 
+    detail = client.get(f"/admin/lifecycle/candidate/{candidate_of(a).pk}/change/").content.decode()
+    assert f"/admin/review/{candidate_of(a).pk}/approve/" in detail  # Approve / Reject on its page too
     assert client.post(f"/admin/review/{candidate_of(b).pk}/reject/").status_code == 404
     assert candidate_of(b).status == "proposed"
     response = client.post(f"/admin/review/{candidate_of(a).pk}/reject/")
