@@ -1,5 +1,6 @@
-"""A local Redis Cluster for tests and trials: N masters of the embedded redis-server, each with
-RediSearch as the single server loads it, on loopback (``manage.py services start --redis-cluster N``).
+"""A local Redis Cluster for tests and trials: N masters of the embedded redis-server (and R
+replicas of each), each with RediSearch as the single server loads it, on loopback
+(``manage.py services start --redis-cluster N [--redis-replicas R]``).
 
 The slots are split evenly over the masters (``CLUSTER ADDSLOTSRANGE``) and the masters meet
 (``CLUSTER MEET``) through redis-py: the wheel's ``redis-cli`` needs a libssl these machines lack.
@@ -33,7 +34,9 @@ SLOTS = 16384
 class NodeStatus:
     port: int
     pid: int | None
-    slots: str  # "0-5460", as this master was given them
+    #: "slots 0-5460" for a master as it was made, "replica of 127.0.0.1:<port>" for a replica
+    #: (a failover may have swapped them since: CLUSTER NODES says what is now).
+    role: str
 
     @property
     def running(self) -> bool:
@@ -61,11 +64,22 @@ class EmbeddedRedisCluster:
     password protected (one password, in a mode-600 file, never on a command line), AOF on,
     never evicting, as the single embedded server."""
 
-    def __init__(self, var_dir: Path, *, masters: int, maxmemory: str, first_port: int | None = None):
-        if masters < 1:
-            raise ValueError("a cluster has at least one master")
-        self.datadir = Path(var_dir).resolve() / "redis-cluster"
+    def __init__(
+        self,
+        var_dir: Path,
+        *,
+        masters: int,
+        maxmemory: str,
+        replicas: int = 0,
+        first_port: int | None = None,
+        name: str = "redis-cluster",
+    ):
+        if masters < 1 or replicas < 0:
+            raise ValueError("a cluster has at least one master, and no fewer than 0 replicas of each")
+        self.datadir = Path(var_dir).resolve() / name
         self.masters = masters
+        #: Replicas of each master (node ``masters + i`` replicates master ``i % masters``).
+        self.replicas = replicas
         self.maxmemory = maxmemory
         #: Ports tried first (first_port, first_port + 1, ...); None: any free ports.
         self.first_port = first_port
@@ -83,8 +97,20 @@ class EmbeddedRedisCluster:
         return self.datadir / "url"
 
     def ports(self) -> list[int]:
-        """The client port of each master, as the last start recorded them."""
+        """The client port of each node (the masters first), as the last start recorded them."""
         return [port for port, _ in self._recorded()]
+
+    def layout(self) -> tuple[int, int]:
+        """(masters, replicas of each) as the last start made them, else as configured."""
+        path = self.datadir / "layout"
+        if not path.exists():
+            return self.masters, self.replicas
+        masters, replicas = path.read_text().split()
+        return int(masters), int(replicas)
+
+    @staticmethod
+    def _master_of(i: int, masters: int) -> int | None:
+        return None if i < masters else (i - masters) % masters
 
     def _recorded(self) -> list[tuple[int, int]]:
         """(client port, cluster bus port) of each master."""
@@ -102,7 +128,7 @@ class EmbeddedRedisCluster:
         return path.read_text().strip()
 
     def url(self) -> str:
-        nodes = ",".join(f"127.0.0.1:{port}" for port in self.ports())
+        nodes = ",".join(f"127.0.0.1:{port}" for port in self.ports()[: self.layout()[0]])
         return f"redis+cluster://:{self.password()}@{nodes}"
 
     def node_url(self, port: int) -> str:
@@ -124,13 +150,23 @@ class EmbeddedRedisCluster:
         return None
 
     # --- life --------------------------------------------------------------------------------------
+    def pid(self, port: int) -> int | None:
+        """The process of the node on ``port`` (None when it is not running)."""
+        return self._pid(self.ports().index(port))
+
     def status(self) -> ClusterStatus:
         ports = self.ports()
-        ranges = slot_ranges(len(ports)) if ports else []
-        nodes = [
-            NodeStatus(port=port, pid=self._pid(i), slots=f"{lo}-{hi}")
-            for i, (port, (lo, hi)) in enumerate(zip(ports, ranges, strict=True))
-        ]
+        masters, _ = self.layout()
+        ranges = slot_ranges(masters)
+        nodes = []
+        for i, port in enumerate(ports):
+            master = self._master_of(i, masters)
+            role = (
+                f"slots {ranges[i][0]}-{ranges[i][1]}"
+                if master is None
+                else f"replica of 127.0.0.1:{ports[master]}"
+            )
+            nodes.append(NodeStatus(port=port, pid=self._pid(i), role=role))
         state = "stopped"
         if nodes and all(node.running for node in nodes):
             try:
@@ -142,16 +178,18 @@ class EmbeddedRedisCluster:
         return ClusterStatus(nodes=nodes, state=str(state), datadir=str(self.datadir))
 
     def start(self, timeout: float = 30.0) -> ClusterStatus:
-        """Start the masters not running (the ports of an earlier start if there was one), make the
+        """Start the nodes not running (the ports of an earlier start if there was one), make the
         cluster if its slots are not assigned yet, and wait until it answers ``ok``."""
         known = self.ports()
-        if known and len(known) != self.masters:
+        if known and self.layout() != (self.masters, self.replicas):
+            masters, replicas = self.layout()
             raise RuntimeError(
-                f"the cluster in {self.datadir} has {len(known)} masters, not {self.masters}: stop it "
-                f"and remove that directory to make another"
+                f"the cluster in {self.datadir} has {masters} masters with {replicas} replica(s) each, "
+                f"not {self.masters} with {self.replicas}: stop it and remove that directory to make another"
             )
         self.datadir.mkdir(parents=True, exist_ok=True)
         self.datadir.chmod(0o700)
+        (self.datadir / "layout").write_text(f"{self.masters} {self.replicas}\n")
         recorded = self._recorded() if known else self._choose_ports()
         self.portsfile.write_text("".join(f"{port} {bus}\n" for port, bus in recorded))
         _write_private(self.urlfile, self.url() + "\n")
@@ -173,9 +211,10 @@ class EmbeddedRedisCluster:
     def _choose_ports(self) -> list[tuple[int, int]]:
         """A client port and a cluster bus port for each master: from ``first_port`` (the bus
         port 10000 above, as Redis has it by default), else any free ones."""
+        nodes = self.masters * (1 + self.replicas)
         if self.first_port is None:
-            return [(free_port(), free_port()) for _ in range(self.masters)]
-        chosen = [(self.first_port + i, self.first_port + i + 10000) for i in range(self.masters)]
+            return [(free_port(), free_port()) for _ in range(nodes)]
+        chosen = [(self.first_port + i, self.first_port + i + 10000) for i in range(nodes)]
         for port, bus in chosen:
             if not (_port_free(port) and _port_free(bus)):
                 raise PortTakenError(f"port {port} or {bus} on 127.0.0.1 is taken; choose other ports")
@@ -190,7 +229,10 @@ class EmbeddedRedisCluster:
         _write_private(
             conf,
             f"requirepass {password}\nmasterauth {password}\ncluster-enabled yes\n"
-            f"cluster-config-file nodes.conf\ncluster-node-timeout 5000\ncluster-port {bus}\n",
+            f"cluster-config-file nodes.conf\ncluster-node-timeout 5000\ncluster-port {bus}\n"
+            # A master lost: the others go on serving their slots (by default every master answers
+            # CLUSTERDOWN until a replica takes the lost one's slots), so only its tenants wait.
+            "cluster-require-full-coverage no\n",
         )
         pidfile = node / "redis.pid"
         pidfile.unlink(missing_ok=True)
@@ -220,17 +262,23 @@ class EmbeddedRedisCluster:
         raise RuntimeError(f"cluster node on port {port} did not become ready: {last}")
 
     def _form(self, recorded: list[tuple[int, int]], timeout: float) -> None:
-        """Give each master its share of the slots and make them meet, unless they already have
-        (a restart reads its nodes.conf); then wait for every master to say ``ok``."""
+        """Give each master its share of the slots, make the nodes meet and each replica follow
+        its master, unless they already have (a restart reads its nodes.conf); then wait for every
+        node to say ``ok``."""
         ports = [port for port, _ in recorded]
         clients = [self._client(port) for port in ports]
+        deadline = time.monotonic() + timeout
         try:
             if not int(clients[0].cluster("info").get("cluster_slots_assigned", 0)):
-                for client, (lo, hi) in zip(clients, slot_ranges(len(ports)), strict=True):
+                for client, (lo, hi) in zip(clients, slot_ranges(self.masters), strict=False):
                     client.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
                 for client in clients[1:]:
                     client.execute_command("CLUSTER", "MEET", "127.0.0.1", *recorded[0])
-            deadline = time.monotonic() + timeout
+                ids = [client.execute_command("CLUSTER", "MYID") for client in clients]
+                for i, client in enumerate(clients):
+                    master = self._master_of(i, self.masters)
+                    if master is not None:
+                        self._replicate(client, ids[master], deadline)
             while time.monotonic() < deadline:
                 infos = [client.cluster("info") for client in clients]
                 formed = all(
@@ -238,14 +286,35 @@ class EmbeddedRedisCluster:
                     and int(info.get("cluster_known_nodes", 0)) == len(ports)
                     for info in infos
                 )
-                # Every master must also know the slot map, not only its own slots.
-                if formed and all(len(client.cluster("slots")) == len(ports) for client in clients):
+                # Every node must also know the slot map, and each replica be in sync.
+                if (
+                    formed
+                    and all(len(client.cluster("slots")) == self.masters for client in clients)
+                    and all(
+                        client.info("replication").get("master_link_status") == "up"
+                        for i, client in enumerate(clients)
+                        if self._master_of(i, self.masters) is not None
+                    )
+                ):
                     return
                 time.sleep(0.05)
             raise RuntimeError(f"the cluster on ports {ports} did not become ok within {timeout:.0f} s")
         finally:
             for client in clients:
                 client.close()
+
+    def _replicate(self, client: Any, master_id: bytes, deadline: float) -> None:
+        """Make ``client``'s node a replica of ``master_id`` (once gossip has told it of it)."""
+        import redis
+
+        while True:
+            try:
+                client.execute_command("CLUSTER", "REPLICATE", master_id)
+                return
+            except redis.ResponseError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def stop(self, timeout: float = 30.0) -> bool:
         """SHUTDOWN each master (its AOF fsynced first). Returns whether any was running."""

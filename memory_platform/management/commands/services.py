@@ -5,10 +5,12 @@ from memory_platform.embedded import PortTakenError
 from memory_platform.embedded.redis_cluster import EmbeddedRedisCluster
 
 
-def local_cluster(masters: int | None = None) -> EmbeddedRedisCluster:
-    """The local Redis Cluster under ``MEMORY_VAR_DIR`` (its masters as started, unless given)."""
+def local_cluster(masters: int | None = None, replicas: int | None = None) -> EmbeddedRedisCluster:
+    """The local Redis Cluster under ``MEMORY_VAR_DIR`` (its layout as started, unless given)."""
     cluster = EmbeddedRedisCluster(settings.VAR_DIR, masters=1, maxmemory=settings.REDIS_MAXMEMORY)
-    cluster.masters = masters or len(cluster.ports()) or 3
+    known_masters, known_replicas = cluster.layout() if cluster.ports() else (3, 0)
+    cluster.masters = masters or known_masters
+    cluster.replicas = known_replicas if replicas is None else replicas
     return cluster
 
 
@@ -27,15 +29,25 @@ class Command(BaseCommand):
             help="start: also a local Redis Cluster of N masters under MEMORY_VAR_DIR/redis-cluster "
             "(the platform uses it with REDIS_URL=$(cat MEMORY_VAR_DIR/redis-cluster/url))",
         )
+        parser.add_argument(
+            "--redis-replicas",
+            type=int,
+            metavar="R",
+            help="with --redis-cluster: R replicas of each master (a replica takes over a failed master)",
+        )
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
         pg, rd = settings.EMBEDDED_POSTGRES, settings.EMBEDDED_REDIS
-        cluster = local_cluster(opts["redis_cluster"])
+        cluster = local_cluster(opts["redis_cluster"], opts["redis_replicas"])
         action = opts["action"]
         if opts["redis_cluster"] is not None and (action != "start" or opts["redis_cluster"] < 1):
             raise CommandError(
                 "--redis-cluster N (N at least 1) goes with start; stop and status know the cluster"
             )
+        if opts["redis_replicas"] is not None and (
+            opts["redis_cluster"] is None or opts["redis_replicas"] < 0
+        ):
+            raise CommandError("--redis-replicas R (R at least 0) goes with --redis-cluster N")
         if action == "start":
             try:
                 if pg is not None:
@@ -74,8 +86,9 @@ class Command(BaseCommand):
             c = cluster.status()
             self.stdout.write(
                 f"redis-cluster {'running' if c.running else 'stopped'}  state {c.state}  "
-                f"{len(c.nodes)} masters  data {c.datadir}  (REDIS_URL in {cluster.urlfile})"
+                f"{cluster.masters} masters, {cluster.replicas} replica(s) each  data {c.datadir}  "
+                f"(REDIS_URL in {cluster.urlfile})"
             )
             for node in c.nodes:
                 where = f"pid {node.pid}" if node.running else "not running"
-                self.stdout.write(f"  master 127.0.0.1:{node.port}  slots {node.slots}  {where}")
+                self.stdout.write(f"  node 127.0.0.1:{node.port}  {node.role}  {where}")
