@@ -5,6 +5,7 @@ tenant, never a raw filter or index.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Iterable
@@ -165,8 +166,13 @@ class HotStore:
             schema = IndexSchema.from_dict(
                 keys.hot_schema(tenant_hex, int(memory_settings.EMBEDDING_DIM), algorithm)
             )
+            search = self.client.ft(name)
+            # Made on the master of the tenant's slot at once (redis-py would ask a random one).
+            search.execute_command = functools.partial(  # type: ignore[method-assign]
+                self.client.execute_command, **on_owner_of(self.client, name)
+            )
             try:
-                self.client.ft(name).create_index(
+                search.create_index(
                     fields=schema.redis_fields,
                     definition=IndexDefinition(
                         prefix=[schema.index.prefix], index_type=IndexType.HASH, language_field="language"

@@ -172,3 +172,54 @@ def test_a_tenant_whose_slot_moves_to_another_master_is_still_found(provided, re
         assert store.index_name(tenant_hex).encode() in store.client.execute_command("FT._LIST")
     finally:
         hot._store = None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tenants_search_goes_to_its_master_only_and_is_never_redirected(provided, redis_cluster, settings):
+    from episodes.stores import hot
+
+    settings.REDIS_URL = redis_cluster.url()
+    get_redis().flushdb()
+    hot._store = None
+    try:
+        vectors = unit_vectors(4, seed=81)
+        body = provided.post(
+            "/api/v1/turns",
+            {
+                "session_id": "s1",
+                "turns": [
+                    {
+                        "role": "user",
+                        "text": f"a note on tides {i}",
+                        "vector": v.tolist(),
+                        "episode_boundary": True,
+                    }
+                    for i, v in enumerate(vectors)
+                ],
+            },
+        )
+        assert body.status_code == 201, body.json()
+        tenant_hex = provided.tenant.id.hex
+        store = hot.hot_store()
+        store.search(tenant_hex, vector=vectors[0], text="tides note", scope=Scope(), k=5)  # index made
+        owner = int(get_redis().get_node_from_key(tenant_tag(tenant_hex)).port)
+        masters = {port: redis_cluster._client(port) for port in redis_cluster.ports()}
+        for client in masters.values():
+            client.config_resetstat()
+        for _ in range(5):
+            by_vector, by_text, _ = store.search(
+                tenant_hex, vector=vectors[1], text="tides note", scope=Scope(), k=5
+            )
+            assert len(by_vector) == len(by_text) == 4
+
+        def searches(client):
+            stats = client.info("commandstats")
+            return stats.get("cmdstat_FT.SEARCH", {})
+
+        # Two BM25 queries and one KNN query per search, all sent to the tenant's master and
+        # answered there: a query sent elsewhere would be counted there (as rejected: MOVED).
+        assert searches(masters[owner]).get("calls") == 15
+        assert not searches(masters[owner]).get("rejected_calls")
+        assert all(not searches(client) for port, client in masters.items() if port != owner)
+    finally:
+        hot._store = None
