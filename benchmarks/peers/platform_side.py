@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import uuid
@@ -41,7 +42,13 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] platform: {msg}", file=sys.stderr, flush=True)
 
 
-def load_tenant(texts: list[str], vectors: np.ndarray):  # type: ignore[no-untyped-def]
+def new_tenant(size: int):  # type: ignore[no-untyped-def]
+    from memory_platform.tenancy.services import tenant_create
+
+    return tenant_create(name=f"bench-peers-{size}-{uuid.uuid4().hex[:6]}", embedder="local")
+
+
+def load_tenant(tenant, texts: list[str], vectors: np.ndarray) -> float:  # type: ignore[no-untyped-def]
     """A tenant of one-turn episodes holding ``texts`` with ``vectors``, laid out as `bench search`
     lays out its own (``retrieval.bench.search.load_tenant``): the newest ``hot_quota`` hot, the
     older ones packed, two warm for one cold, as the hot quota and the lifecycle leave them."""
@@ -50,11 +57,9 @@ def load_tenant(texts: list[str], vectors: np.ndarray):  # type: ignore[no-untyp
     from episodes.stores.hot import hot_store
     from episodes.stores.tables import EPISODES, TURNS
     from lifecycle.models import read_policy
-    from memory_platform.tenancy.services import tenant_create
     from retrieval.bench.search import planned_layers
 
     size = len(texts)
-    tenant = tenant_create(name=f"bench-peers-{size}-{uuid.uuid4().hex[:6]}", embedder="local")
     planned = planned_layers(size, int(read_policy(tenant).hot_quota))
     now = timezone.now()
     start = now - timedelta(days=200)
@@ -116,7 +121,7 @@ def load_tenant(texts: list[str], vectors: np.ndarray):  # type: ignore[no-untyp
             log(f"loaded {done}/{size} ({done / (time.perf_counter() - started):.0f} memories/s)")
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {EPISODES}, {TURNS}")
-    return tenant, time.perf_counter() - started
+    return time.perf_counter() - started
 
 
 def cmd_search(args: argparse.Namespace) -> dict:
@@ -147,8 +152,9 @@ def cmd_search(args: argparse.Namespace) -> dict:
     try:
         for size in sizes:
             log(f"loading {size} memories")
-            tenant, seconds = load_tenant(texts_all[:size], vectors_all[:size])
-            loaded.append(tenant)
+            tenant = new_tenant(size)
+            loaded.append(tenant)  # dropped in the end, however the run ends
+            seconds = load_tenant(tenant, texts_all[:size], vectors_all[:size])
             _, secret = api_key_create(tenant=tenant, name="bench", scopes=["read"], actor="cli", now=timezone.now())
             measure_service(tenant, warm, True)
             measure_service(tenant, warm, False)
@@ -235,6 +241,8 @@ def cmd_redis_url(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
+    # A stopped run (SIGTERM) still drops the tenants it made (the ``finally`` of ``cmd_search``).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("search")

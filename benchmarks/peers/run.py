@@ -31,6 +31,16 @@ from common import (
 offline_env()
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when this runner dies, so it drops its tenant and stops its server."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+    except OSError:
+        pass
+
+
 def platform_side(*args: str) -> dict:
     """``platform_side.py`` in the project's venv; its progress goes to our stderr."""
     proc = subprocess.run(
@@ -38,6 +48,7 @@ def platform_side(*args: str) -> dict:
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=_die_with_parent,
     )
     if proc.returncode:
         raise SystemExit(f"platform_side.py {args[0]} failed ({proc.returncode})")
