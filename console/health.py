@@ -1,6 +1,7 @@
 """The home's row per tenant: its health as an operator reads it, from ``lifecycle.stats`` (the
-figures ``GET /stats`` and ``/metrics`` show) and the tenant's policy (its hot quota, its tick
-interval). A handful of statements for any number of tenants: each query groups by tenant."""
+figures ``GET /stats`` and ``/metrics`` show) and the limits of the tenant's policy (its hot
+quota, its tick interval: read with the policy rows by the site, ``console.site.policy_limits``).
+A handful of statements for any number of tenants: each query groups by tenant."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import Any
 from django.db.models import Count
 
 from episodes.models import Episode
-from lifecycle.models import MemoryPolicy
 from lifecycle.stats import LAYERS, TenantStats, search_latency, searches_counted, tenant_stats
 from memory_platform.tenancy.models import Tenant
 
@@ -21,18 +21,16 @@ LATE_MINUTES = 15
 
 
 def tenant_rows(
-    tenants: Sequence[Tenant] | Any, now: datetime, stats: Mapping[Any, TenantStats] | None = None
+    tenants: Sequence[Tenant] | Any,
+    now: datetime,
+    limits: Mapping[Any, Mapping[str, Any]],
+    stats: Mapping[Any, TenantStats] | None = None,
 ) -> list[dict[str, Any]]:
-    """The home's row for each tenant (sortable by each key but ``tenant`` and ``problems``)."""
+    """The home's row for each tenant (sortable by each key but ``tenant`` and ``problems``);
+    ``limits``: each tenant's ``hot_quota_bytes`` and ``tick_interval_minutes``."""
     tenants = list(tenants)
     ids = [tenant.pk for tenant in tenants]
     stats = stats if stats is not None else tenant_stats(tenants, now)
-    policies = {
-        row["tenant_id"]: row
-        for row in MemoryPolicy.objects.filter(tenant_id__in=ids).values(
-            "tenant_id", "hot_quota_bytes", "tick_interval_minutes"
-        )
-    }
     backlog = dict(
         Episode.objects.filter(tenant_id__in=ids, needs_reindex=True)
         .order_by()
@@ -41,7 +39,7 @@ def tenant_rows(
         .values_list("tenant_id", "n")
     )
     return [
-        _row(tenant, stats[tenant.pk], policies.get(tenant.pk, {}), backlog.get(tenant.pk, 0), now)
+        _row(tenant, stats[tenant.pk], limits.get(tenant.pk, {}), backlog.get(tenant.pk, 0), now)
         for tenant in tenants
     ]
 

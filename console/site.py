@@ -32,6 +32,7 @@ from episodes.models import Layer
 from lifecycle.models import MemoryPolicy, TenantSnapshot, TickRun
 from lifecycle.stats import LAYERS, gained, latency_quantile, tenant_stats
 from memory_platform.admin_base import SuperusersOnly, visible_tenants
+from memory_platform.tenancy.models import Tenant
 
 from . import playground, review
 from .charts import Point, line_chart
@@ -104,7 +105,8 @@ class ConsoleSite(UnfoldAdminSite):
         return super().login(request, extra_context)
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
-        rows = tenant_rows(visible_tenants(request).order_by("name"), timezone.now())
+        tenants = list(visible_tenants(request).order_by("name"))
+        rows = tenant_rows(tenants, timezone.now(), policy_limits(tenants))
         sort = request.GET.get("sort", "name")
         key = sort.removeprefix("-")
         if key in {k for k, _, _ in COLUMNS}:
@@ -146,7 +148,7 @@ class ConsoleSite(UnfoldAdminSite):
             "title": f"{tenant.name}: dashboard",
             "tenant": tenant,
             "stats": stats,
-            "row": tenant_rows([tenant], now, {tenant.pk: stats})[0],
+            "row": tenant_rows([tenant], now, policy_limits([tenant]), {tenant.pk: stats})[0],
             "charts": [mark_safe(chart) for chart in dashboard_charts(points)],  # noqa: S308 - built from numbers and escaped names
             "days": days,
             "snapshots": len(snapshots),
@@ -172,6 +174,14 @@ class ConsoleSite(UnfoldAdminSite):
             request, f"A tick of {tenant.name} is queued (task {task}); its run appears below when done."
         )
         return HttpResponseRedirect(reverse("admin:tenant-dashboard", args=[tenant.pk]))
+
+
+def policy_limits(tenants: Sequence[Tenant]) -> dict[Any, dict[str, Any]]:
+    """Each tenant's hot quota and tick interval, from its policy row (one statement)."""
+    rows = MemoryPolicy.objects.filter(tenant_id__in=[t.pk for t in tenants]).values(
+        "tenant_id", "hot_quota_bytes", "tick_interval_minutes"
+    )
+    return {row["tenant_id"]: row for row in rows}
 
 
 #: A tenant's figures at its creation, as the charts read them.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
@@ -19,6 +20,7 @@ from episodes import services as episode_services
 from episodes.admin import TurnInline
 from episodes.models import Episode, Layer, Link, State
 from lifecycle import scoring, services
+from lifecycle.journal import EDITABLE_FIELDS
 from lifecycle.tenant_policy import Policy
 from memory_platform.admin_base import ReadOnlyInline, TenantScopedAdmin, admin_actor
 
@@ -47,7 +49,7 @@ class OutLinkInline(ReadOnlyInline):
     readonly_fields = fields
     extra = 0
     verbose_name = "outgoing link"
-    verbose_name_plural = "outgoing links (made and removed through the API)"
+    verbose_name_plural = "outgoing links (read-only: made and removed through the API)"
 
 
 #: The buttons of an episode's page: (name, label, style), the service each calls in ``act``.
@@ -72,12 +74,39 @@ def buttons_for(episode: Episode) -> list[str]:
     return [*moves, "unpin" if episode.anchor else "pin", "forget"]
 
 
+#: The folded group of an episode's page where its text is corrected by hand (journaled).
+EDITS: dict[str, str] = {
+    "title": "Title",
+    "kind": "Kind",
+    "summary": "Summary (warm)",
+    "key_points": "Key points (warm)",
+    "headline": "Headline (cold)",
+    "keywords": "Keywords (cold)",
+    "tags": "Tags",
+    "entities": "Names",
+    "decisions": "Decisions",
+    "metadata": "Metadata",
+}
+assert set(EDITS) == EDITABLE_FIELDS, "journal.EDITABLE_FIELDS changed: name the new field here"
+
+
+class EpisodeEditForm(forms.ModelForm):
+    """The fields a hand may correct (``journal.EDITABLE_FIELDS``), in an operator's words."""
+
+    class Meta:
+        model = Episode
+        fields = sorted(EDITS)
+        labels = EDITS
+        help_texts = dict.fromkeys(EDITS, "")
+
+
 @admin.register(Episode)
 class EpisodeAdmin(TenantScopedAdmin):
-    """Read-only pages: an episode changes through its buttons (and the list's actions), which go
-    through the same services as the API, journaled (``transitions`` for layers), so each can be
-    rolled back from the journal. Nothing deletes an episode here: forgetting is the action, and
-    the purge after the grace period the only way out."""
+    """An episode's page is what it is, whose, what it holds and how it is used, read-only, with
+    buttons that move it through the same services as the API, journaled (``transitions`` for
+    layers), so each can be rolled back from the journal; its text can be corrected in a folded
+    group, through ``services.episode_edit`` (journaled too). Nothing deletes an episode here:
+    forgetting is a button, and the purge after the grace period the only way out."""
 
     list_display = (
         "memory",
@@ -99,7 +128,7 @@ class EpisodeAdmin(TenantScopedAdmin):
     fieldsets = (
         (
             None,
-            {"fields": ("public_id", "tenant", "owner", "kind_shown", "title", "layer", "state", "pinned")},
+            {"fields": ("public_id", "tenant", "owner", "kind_shown", "layer", "state", "pinned")},
         ),
         ("What it holds", {"fields": ("holds", "entities_shown", "decisions_shown", "tags_shown")}),
         (
@@ -127,13 +156,14 @@ class EpisodeAdmin(TenantScopedAdmin):
                 )
             },
         ),
+        ("Correct its text (journaled)", {"classes": ["collapse"], "fields": tuple(sorted(EDITS))}),
     )
+    form = EpisodeEditForm
     readonly_fields = (
         "public_id",
         "tenant",
         "owner",
         "kind_shown",
-        "title",
         "layer",
         "state",
         "pinned",
@@ -162,9 +192,20 @@ class EpisodeAdmin(TenantScopedAdmin):
         return False  # memories come in through the API
 
     def has_change_permission(self, request: HttpRequest, obj: Episode | None = None) -> bool:
-        # An episode's page is read-only; the list's actions and the page's buttons need the
-        # model's change permission (obj None).
-        return obj is None and super().has_change_permission(request)
+        if obj is not None and obj.state == State.FORGOTTEN:
+            return False  # restore it first (a button)
+        return super().has_change_permission(request, obj)
+
+    def save_model(self, request: HttpRequest, obj: Episode, form: forms.ModelForm, change: bool) -> None:
+        """Only what the operator changed, through the journaled service (never ``obj.save()``)."""
+        if form.changed_data:
+            services.episode_edit(
+                tenant=obj.tenant,
+                episode_id=obj.pk,
+                changes={name: form.cleaned_data[name] for name in form.changed_data},
+                now=timezone.now(),
+                actor=admin_actor(request),
+            )
 
     def has_delete_permission(self, request: HttpRequest, obj: Episode | None = None) -> bool:
         return False
@@ -185,7 +226,7 @@ class EpisodeAdmin(TenantScopedAdmin):
     ) -> HttpResponse:
         episode = self.get_object(request, object_id)
         buttons: list[dict[str, str]] = []
-        if episode is not None and self.has_change_permission(request):
+        if episode is not None and super().has_change_permission(request):
             buttons = [
                 {"name": name, "label": BUTTONS[name][0], "style": BUTTONS[name][1]}
                 for name in buttons_for(episode)
@@ -199,7 +240,7 @@ class EpisodeAdmin(TenantScopedAdmin):
         episode = self.get_object(request, object_id)
         if episode is None or action not in BUTTONS:
             raise Http404
-        if not self.has_change_permission(request):
+        if not super().has_change_permission(request):
             raise PermissionDenied
         getattr(self, action)(request, self.get_queryset(request).filter(pk=episode.pk))
         return HttpResponseRedirect(reverse("admin:episodes_episode_change", args=[episode.pk]))

@@ -63,7 +63,7 @@ def test_an_episodes_buttons_act_on_the_operators_tenants_only(client, a_and_b):
     assert theirs.state != "forgotten" and not theirs.anchor
 
     page = client.get(f"/admin/episodes/episode/{mine.pk}/change/").content.decode()
-    assert 'data-action="forget"' in page and 'name="_save"' not in page
+    assert 'data-action="forget"' in page and 'name="layer"' not in page
     assert client.post(f"/admin/episodes/episode/{mine.pk}/act/nonsense/").status_code == 404
     assert client.post(f"/admin/episodes/episode/{mine.pk}/act/forget/").status_code == 302
     mine.refresh_from_db()

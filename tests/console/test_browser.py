@@ -247,7 +247,9 @@ def test_an_episode_page_is_read_only_with_its_buttons(browser_page, live_server
     text = said(page)
     for internal in ("optimistic", "seed", "Add another", "Version", "Needs reindex", "Search text"):
         assert internal not in text, internal
-    assert page.locator('input[name="_save"], button[name="_save"]').count() == 0  # nothing to save
+    # the text can be corrected (journaled) in a folded group; nothing else is a form field
+    assert page.locator('details:not([open]):has-text("Correct its text")').count() == 1
+    assert page.locator('[name="layer"], [name="state"], [name="anchor"], [name="user_id"]').count() == 0
     assert page.locator(".episode-actions button[data-action]").all_inner_texts() == [
         "Pack to warm",
         "Pack to cold",
@@ -258,7 +260,7 @@ def test_an_episode_page_is_read_only_with_its_buttons(browser_page, live_server
 
     page.click('button[data-action="pin"]')
     page.wait_for_selector(".episode-actions")
-    assert "pinned 1 episode(s)" in said(page)
+    assert "Pinned 1 episode(s)" in said(page)
     page.click('button[data-action="pack_warm"]')
     page.wait_for_selector('button[data-action="unpack"]')
     episode.refresh_from_db()

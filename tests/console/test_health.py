@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from console.health import tenant_rows
+from console.site import policy_limits
 from lifecycle.models import TenantSnapshot
 from lifecycle.stats import latency_quantile
 from lifecycle.tasks import schedule_ticks
@@ -31,7 +32,7 @@ def test_a_new_tenant_counts_since_start_and_gets_a_snapshot_when_the_platform_s
     tenant = tenant_create(name="fresh", embedder="provided")
     outsider = tenant_create(name="outsider", embedder="provided")
     TenantSnapshot.objects.create(tenant=outsider, taken_at=timezone.now() - timedelta(minutes=5), data={})
-    row = tenant_rows([tenant], timezone.now())[0]
+    row = tenant_rows([tenant], timezone.now(), policy_limits([tenant]))[0]
     assert row["searches"] == 0 and row["searches_over_day"] is False and row["problems"] == []
 
     schedule_ticks()  # what `make run` does on start, and every 10 minutes after
