@@ -202,9 +202,8 @@ def test_admin_pages_and_preset_action(client, tenant, outsider):
     assert client.get(reverse("admin:lifecycle_memorypolicy_changelist")).status_code == 200
     page = client.get(reverse("admin:lifecycle_memorypolicy_change", args=[ours.pk]))
     assert page.status_code == 200
-    assert (
-        b"Activity score" in page.content and b"activity score A: weight of ln(1+in_degree)" in page.content
-    )
+    # The activity score's rules, folded under their group, each in an operator's words.
+    assert b"Activity score" in page.content and b"Weight of the links pointing at a memory." in page.content
     response = client.post(
         reverse("admin:lifecycle_memorypolicy_changelist"),
         {"action": "apply_lsm", "_selected_action": [ours.pk]},
