@@ -46,7 +46,11 @@ class LocalMiniLM:
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         missing = [t for t in texts if t not in self._given]
-        made = dict(zip(missing, self.model.encode(missing, normalize_embeddings=True), strict=True)) if missing else {}
+        made = (
+            dict(zip(missing, self.model.encode(missing, normalize_embeddings=True), strict=True))
+            if missing
+            else {}
+        )
         return [(self._given[t] if t in self._given else made[t]).tolist() for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
@@ -62,12 +66,13 @@ class LocalMiniLM:
 
 def create_db(_embeddings: Any) -> Any:
     """AMS's own Redis store (as its default factory builds it), with the local model."""
-    from redisvl.index import AsyncSearchIndex
-
     from agent_memory_server.config import settings
     from agent_memory_server.memory_vector_db import RedisVLMemoryVectorDatabase
     from agent_memory_server.memory_vector_db_factory import _build_redis_schema
     from agent_memory_server.utils.redis import redis_url_for_redisvl
+    from redisvl.index import AsyncSearchIndex
 
-    index = AsyncSearchIndex.from_dict(_build_redis_schema(), redis_url=redis_url_for_redisvl(settings.redis_url))
+    index = AsyncSearchIndex.from_dict(
+        _build_redis_schema(), redis_url=redis_url_for_redisvl(settings.redis_url)
+    )
     return RedisVLMemoryVectorDatabase(index, LocalMiniLM())

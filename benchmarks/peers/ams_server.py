@@ -23,7 +23,6 @@ MODEL_CONFIGS[settings.embedding_model] = ModelConfig(
 )
 
 import uvicorn  # noqa: E402
-
 from agent_memory_server.main import app  # noqa: E402
 
 if __name__ == "__main__":
@@ -32,4 +31,6 @@ if __name__ == "__main__":
 
         cli(["task-worker"], standalone_mode=True)
     else:
-        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), reload=False, log_level="warning", access_log=False)
+        uvicorn.run(
+            app, host="127.0.0.1", port=int(sys.argv[1]), reload=False, log_level="warning", access_log=False
+        )

@@ -14,6 +14,7 @@ deployed by default, with the Docket keys under the run's prefix too.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -95,7 +96,9 @@ class AMS:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if any(p.poll() is not None for p in self.procs):
-                raise RuntimeError(f"agent-memory-server exited ({self.proc.returncode}); see {WORK / 'ams-server.log'}")
+                raise RuntimeError(
+                    f"agent-memory-server exited ({self.proc.returncode}); see {WORK / 'ams-server.log'}"
+                )
             try:
                 status, _ = self.request("GET", "/v1/health")
                 if status == 200:
@@ -108,10 +111,16 @@ class AMS:
             raise RuntimeError("agent-memory-server did not start")
         self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
 
-    def request(self, method: str, path: str, body: Any = None, conn: http.client.HTTPConnection | None = None):
+    def request(
+        self, method: str, path: str, body: Any = None, conn: http.client.HTTPConnection | None = None
+    ):
         c = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        c.request(method, path, body=json.dumps(body) if body is not None else None,
-                  headers={"Content-Type": "application/json"})
+        c.request(
+            method,
+            path,
+            body=json.dumps(body) if body is not None else None,
+            headers={"Content-Type": "application/json"},
+        )
         r = c.getresponse()
         data = r.read()
         if conn is None:
@@ -129,7 +138,9 @@ class AMS:
             return self.request(method, path, body, conn=self.conn)
 
     def add(self, memories: list[dict]) -> None:
-        status, data = self.call("POST", "/v1/long-term-memory/", {"memories": memories, "deduplicate": False})
+        status, data = self.call(
+            "POST", "/v1/long-term-memory/", {"memories": memories, "deduplicate": False}
+        )
         if status != 200:
             raise RuntimeError(f"AMS create answered {status}: {data[:300]!r}")
 
@@ -177,10 +188,8 @@ class AMS:
         """Everything this run wrote: its two indexes with their documents, then any key left
         under its prefix."""
         for name in (self.index, self.wm_index):
-            try:
+            with contextlib.suppress(Exception):  # already gone
                 self.redis.execute_command("FT.DROPINDEX", name, "DD")
-            except Exception:
-                pass
         left = 0
         for key in self.redis.scan_iter(match=f"{self.run}_*", count=1000):
             self.redis.delete(key)
@@ -188,21 +197,39 @@ class AMS:
         return left
 
 
-def run_search(redis_url: str, sizes: list[int], corpus: tuple[str, str], texts: list[str],
-               queries: list[str], torch_threads: int) -> list[dict]:
+def run_search(
+    redis_url: str,
+    sizes: list[int],
+    corpus: tuple[str, str],
+    texts: list[str],
+    queries: list[str],
+    torch_threads: int,
+) -> list[dict]:
     rows = []
     for size in sizes:
         ams = AMS(redis_url, [corpus], torch_threads)
         try:
             if not ams.room_for(size):
-                log(f"AMS: {size} memories would not fit in the embedded Redis's maxmemory beside the platform's data: skipped")
+                log(
+                    f"AMS: {size} memories would not fit in the embedded Redis's maxmemory beside the platform's data: skipped"
+                )
                 continue
             log(f"AMS: loading {size} memories (POST /v1/long-term-memory/, 100 a request)")
             t0 = time.perf_counter()
             for offset in range(0, size, 100):
                 batch = texts[offset : min(size, offset + 100)]
-                ams.add([{"id": f"m{offset + i}", "text": t, "namespace": "bench", "user_id": "bench",
-                          "memory_type": "semantic"} for i, t in enumerate(batch)])
+                ams.add(
+                    [
+                        {
+                            "id": f"m{offset + i}",
+                            "text": t,
+                            "namespace": "bench",
+                            "user_id": "bench",
+                            "memory_type": "semantic",
+                        }
+                        for i, t in enumerate(batch)
+                    ]
+                )
                 done = offset + len(batch)
                 if done % 5000 == 0 or done == size:
                     ams.wait_indexed(done - 2000 if done < size else done)
@@ -218,8 +245,15 @@ def run_search(redis_url: str, sizes: list[int], corpus: tuple[str, str], texts:
                 t1 = time.perf_counter()
                 ams.search(q, "bench")
                 times.append((time.perf_counter() - t1) * 1000)
-            rows.append({"system": "AMS", "path": "HTTP, query embedded", "memories": size,
-                         "load_s": round(load_s, 1), **percentiles(times)})
+            rows.append(
+                {
+                    "system": "AMS",
+                    "path": "HTTP, query embedded",
+                    "memories": size,
+                    "load_s": round(load_s, 1),
+                    **percentiles(times),
+                }
+            )
         finally:
             ams.stop()
             left = ams.drop()
@@ -241,9 +275,20 @@ def run_locomo(redis_url: str, conversations: list[dict], torch_threads: int) ->
             log(f"AMS: {conv['sample_id']}: adding {len(conv['turns'])} turns")
             for offset in range(0, len(conv["turns"]), 50):
                 batch = conv["turns"][offset : offset + 50]
-                ams.add([{"id": f"{conv['sample_id']}|{t['dia_id']}", "text": t["text"], "namespace": ns,
-                          "user_id": conv["speakers"][0], "session_id": f"session_{t['session']}",
-                          "memory_type": "episodic", "event_date": t["occurred_at"]} for t in batch])
+                ams.add(
+                    [
+                        {
+                            "id": f"{conv['sample_id']}|{t['dia_id']}",
+                            "text": t["text"],
+                            "namespace": ns,
+                            "user_id": conv["speakers"][0],
+                            "session_id": f"session_{t['session']}",
+                            "memory_type": "episodic",
+                            "event_date": t["occurred_at"],
+                        }
+                        for t in batch
+                    ]
+                )
             total += len(conv["turns"])
             ams.wait_indexed(total)
             time.sleep(1)
@@ -258,5 +303,9 @@ def run_locomo(redis_url: str, conversations: list[dict], torch_threads: int) ->
     finally:
         ams.stop()
         ams.drop()
-    return {"system": "AMS", "questions": len(evidence), "turn_recall10": recall_at_10(found, evidence),
-            "latency_ms": percentiles(times)}
+    return {
+        "system": "AMS",
+        "questions": len(evidence),
+        "turn_recall10": recall_at_10(found, evidence),
+        "latency_ms": percentiles(times),
+    }

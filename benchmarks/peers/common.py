@@ -18,7 +18,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent  # the project
 WORK = HERE / ".work"  # git-ignored: corpora, mem0's store, logs
 PLATFORM_PY = ROOT / ".venv" / "bin" / "python"
-LOCOMO_DEV = Path(os.environ.get("LOCOMO_DEV", ROOT.parent / "shared" / "datasets" / "locomo" / "locomo-dev.json"))
+LOCOMO_DEV = Path(
+    os.environ.get("LOCOMO_DEV", ROOT.parent / "shared" / "datasets" / "locomo" / "locomo-dev.json")
+)
 DIM = 384
 
 
@@ -84,7 +86,9 @@ def make_corpus(size: int, seed: int) -> tuple[list[str], np.ndarray]:
     topics = rng.normal(size=(max(10, size // 50), DIM)).astype(np.float32)
     picks = rng.choice(len(words), size=(size, 20), p=p)
     texts = [f"note {i}: " + " ".join(words[row]) for i, row in enumerate(picks)]
-    vectors = topics[rng.integers(0, len(topics), size=size)] + 0.5 * rng.normal(size=(size, DIM)).astype(np.float32)
+    vectors = topics[rng.integers(0, len(topics), size=size)] + 0.5 * rng.normal(size=(size, DIM)).astype(
+        np.float32
+    )
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     texts_path.write_text("\n".join(json.dumps(t) for t in texts) + "\n")
     np.save(vectors_path, vectors.astype(np.float32))
@@ -110,7 +114,9 @@ def percentiles(values: list[float]) -> dict[str, float]:
 def recall_at_10(found: list[list[str]], evidence: list[set[str]]) -> float:
     """Share of questions with an evidence turn among the first 10 results (each result the
     LoCoMo dia_ids it carries): the platform's turn-view R@10 (``score_ranking``'s ``recall10``)."""
-    hits = sum(any(set(ids) & wanted for ids in got[:10]) for got, wanted in zip(found, evidence, strict=True))
+    hits = sum(
+        any(set(ids) & wanted for ids in got[:10]) for got, wanted in zip(found, evidence, strict=True)
+    )
     return round(hits / len(evidence), 4) if evidence else 0.0
 
 

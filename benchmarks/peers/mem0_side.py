@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
 from common import DIM, WORK, log, model_dir, offline_env, percentiles, recall_at_10
 
 offline_env()
@@ -88,14 +87,23 @@ def run_search(sizes: list[int], texts: list[str], vectors: np.ndarray, queries:
                 done = offset + len(batch)
                 if done % 5000 == 0 or done == size:
                     rate = done / (time.perf_counter() - t0)
-                    log(f"mem0: loaded {done}/{size} ({rate:.0f} memories/s, {(size - done) / rate:.0f} s to go)")
+                    log(
+                        f"mem0: loaded {done}/{size} ({rate:.0f} memories/s, {(size - done) / rate:.0f} s to go)"
+                    )
             load_s = time.perf_counter() - t0
             restore()
             measure_search(memory, queries[:20], "bench")
             log(f"mem0: {size}: measuring search")
             times = measure_search(memory, queries[20:], "bench")
-            rows.append({"system": "mem0", "path": "in-process, query embedded", "memories": size,
-                         "load_s": round(load_s, 1), **percentiles(times)})
+            rows.append(
+                {
+                    "system": "mem0",
+                    "path": "in-process, query embedded",
+                    "memories": size,
+                    "load_s": round(load_s, 1),
+                    **percentiles(times),
+                }
+            )
         finally:
             del memory
             drop(name)
@@ -118,7 +126,11 @@ def run_locomo(conversations: list[dict]) -> dict:
                     memory.add(
                         [{"role": "user", "content": t["text"]}],
                         user_id=user,
-                        metadata={"dia_id": t["dia_id"], "session": t["session"], "occurred_at": t["occurred_at"]},
+                        metadata={
+                            "dia_id": t["dia_id"],
+                            "session": t["session"],
+                            "occurred_at": t["occurred_at"],
+                        },
                         infer=False,
                     )
             for q in conv["questions"]:
@@ -132,5 +144,9 @@ def run_locomo(conversations: list[dict]) -> dict:
     finally:
         del memory
         drop("locomo")
-    return {"system": "mem0", "questions": len(evidence), "turn_recall10": recall_at_10(found, evidence),
-            "latency_ms": percentiles(times)}
+    return {
+        "system": "mem0",
+        "questions": len(evidence),
+        "turn_recall10": recall_at_10(found, evidence),
+        "latency_ms": percentiles(times),
+    }

@@ -126,6 +126,7 @@ def load_tenant(tenant, texts: list[str], vectors: np.ndarray) -> float:  # type
 
 def cmd_search(args: argparse.Namespace) -> dict:
     from common import make_corpus, make_queries, percentiles
+
     from memory_platform.embeddings import get_embedder
     from memory_platform.tenancy.services import api_key_create
     from retrieval.bench.search import Server, measure_http, measure_service
@@ -155,7 +156,9 @@ def cmd_search(args: argparse.Namespace) -> dict:
             tenant = new_tenant(size)
             loaded.append(tenant)  # dropped in the end, however the run ends
             seconds = load_tenant(tenant, texts_all[:size], vectors_all[:size])
-            _, secret = api_key_create(tenant=tenant, name="bench", scopes=["read"], actor="cli", now=timezone.now())
+            _, secret = api_key_create(
+                tenant=tenant, name="bench", scopes=["read"], actor="cli", now=timezone.now()
+            )
             measure_service(tenant, warm, True)
             measure_service(tenant, warm, False)
             measure_http(server.port, secret, warm, True)
@@ -229,7 +232,14 @@ def cmd_locomo_export(args: argparse.Namespace) -> dict:
             questions.append(
                 {"question": q["question"], "category": CATEGORIES[q["category"]], "evidence": evidence}
             )
-        out.append({"sample_id": conv.sample_id, "speakers": list(conv.speakers), "turns": turns, "questions": questions})
+        out.append(
+            {
+                "sample_id": conv.sample_id,
+                "speakers": list(conv.speakers),
+                "turns": turns,
+                "questions": questions,
+            }
+        )
     Path(args.out).write_text(json.dumps(out))
     return {"conversations": len(out), "turns": sum(len(c["turns"]) for c in out)}
 

@@ -74,24 +74,35 @@ def torch_query_embedding(queries: list[str], threads: int) -> dict:
 
 def machine() -> str:
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         if dirty:
             commit += " with uncommitted changes in the work tree"
     except OSError:
         commit = "?"
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores, {platform.platform(terse=True)}, "
-            f"Python {platform.python_version()}, project at {commit}, load average at start {load}")
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores, {platform.platform(terse=True)}, "
+        f"Python {platform.python_version()}, project at {commit}, load average at start {load}"
+    )
 
 
 def versions() -> dict:
     from importlib.metadata import version
 
     out = {}
-    for name in ("mem0ai", "agent-memory-server", "qdrant-client", "redisvl", "sentence-transformers", "torch"):
+    for name in (
+        "mem0ai",
+        "agent-memory-server",
+        "qdrant-client",
+        "redisvl",
+        "sentence-transformers",
+        "torch",
+    ):
         try:
             out[name] = version(name)
         except Exception:
@@ -101,19 +112,25 @@ def versions() -> dict:
 
 def table(result: dict) -> str:
     lines = [f"Peers side by side — {result['machine']}", ""]
-    lines.append("Search latency, top 10, the same memories and query texts (each system embeds the query itself"
-                 " unless the path says caller vector):")
+    lines.append(
+        "Search latency, top 10, the same memories and query texts (each system embeds the query itself"
+        " unless the path says caller vector):"
+    )
     lines.append("")
     lines.append("| memories | system | path | p50 ms | p95 ms | queries | load (s) |")
     lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for r in sorted(result["latency"], key=lambda r: (r["memories"], r["system"] != "platform", r["system"])):
-        lines.append(f"| {r['memories']:,} | {r['system']} | {r['path']} | {r['p50']} | {r['p95']} | {r['n']} |"
-                     f" {r['load_s']} |")
+        lines.append(
+            f"| {r['memories']:,} | {r['system']} | {r['path']} | {r['p50']} | {r['p95']} | {r['n']} |"
+            f" {r['load_s']} |"
+        )
     emb = result.get("query_embedding", {})
     if emb:
         lines.append("")
-        lines.append("The query's embedding alone (all-MiniLM-L6-v2, one text), p50/p95 ms: "
-                     + "; ".join(f"{k} {v['p50']}/{v['p95']}" for k, v in emb.items()))
+        lines.append(
+            "The query's embedding alone (all-MiniLM-L6-v2, one text), p50/p95 ms: "
+            + "; ".join(f"{k} {v['p50']}/{v['p95']}" for k, v in emb.items())
+        )
     ratios = []
     by = {(r["memories"], r["system"], r["path"]): r for r in result["latency"]}
     for size in sorted({r["memories"] for r in result["latency"]}):
@@ -136,8 +153,10 @@ def table(result: dict) -> str:
         lines.append("| --- | --- | --- | --- | --- |")
         for r in result["recall"]:
             episode = f"{r['episode_recall10']:.3f}" if "episode_recall10" in r else "—"
-            lines.append(f"| {r['system']} | {r['questions']} | {r['turn_recall10']:.3f} | {episode} | "
-                         f"{r['latency_ms']['p50']} / {r['latency_ms']['p95']} |")
+            lines.append(
+                f"| {r['system']} | {r['questions']} | {r['turn_recall10']:.3f} | {episode} | "
+                f"{r['latency_ms']['p50']} / {r['latency_ms']['p95']} |"
+            )
     if result.get("skipped"):
         lines.append("")
         lines.extend(f"Not measured: {s}" for s in result["skipped"])
@@ -146,22 +165,35 @@ def table(result: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", default="10000", help="memories per latency measurement, e.g. 10000,100000")
+    parser.add_argument(
+        "--sizes", default="10000", help="memories per latency measurement, e.g. 10000,100000"
+    )
     parser.add_argument("--queries", type=int, default=200, help="measured queries per system and size")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--systems", default="platform,mem0,ams")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--no-recall", action="store_true")
-    parser.add_argument("--torch-threads", type=int, default=1,
-                        help="torch threads of the peers' embedder (1: on two shared cores, 2 threads "
-                             "spin against other work and a query's embedding takes 10x longer)")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch threads of the peers' embedder (1: on two shared cores, 2 threads "
+        "spin against other work and a query's embedding takes 10x longer)",
+    )
     parser.add_argument("--locomo", default=str(LOCOMO_DEV))
     args = parser.parse_args()
     systems = set(args.systems.split(","))
     sizes = [int(s) for s in args.sizes.split(",")]
     WORK.mkdir(exist_ok=True)
-    result: dict = {"machine": machine(), "versions": versions(), "args": vars(args), "latency": [],
-                    "recall": [], "skipped": [], "query_embedding": {}}
+    result: dict = {
+        "machine": machine(),
+        "versions": versions(),
+        "args": vars(args),
+        "latency": [],
+        "recall": [],
+        "skipped": [],
+        "query_embedding": {},
+    }
     log(result["machine"])
     log(f"versions: {result['versions']}")
     import torch
@@ -180,10 +212,12 @@ def main() -> None:
         queries = make_queries(args.queries + 20, args.seed)
         log(f"corpus: {len(texts)} memories, {len(queries) - 20} queries (+20 warm-ups)")
         result["query_embedding"][f"sentence-transformers/torch, {args.torch_threads} thread(s)"] = (
-            torch_query_embedding(queries, args.torch_threads))
+            torch_query_embedding(queries, args.torch_threads)
+        )
         if "platform" in systems:
-            out = platform_side("search", "--sizes", args.sizes, "--seed", str(args.seed),
-                                "--queries", str(args.queries))
+            out = platform_side(
+                "search", "--sizes", args.sizes, "--seed", str(args.seed), "--queries", str(args.queries)
+            )
             result["latency"] += out["rows"]
             result["query_embedding"]["platform's embed_one"] = out["query_embedding"]
             save()
@@ -199,8 +233,9 @@ def main() -> None:
             rows = ams_side.run_search(redis_url, sizes, (str(t), str(v)), texts, queries, args.torch_threads)
             result["latency"] += rows
             measured = {r["memories"] for r in rows}
-            result["skipped"] += [f"AMS at {s:,}: no room in the embedded Redis's maxmemory" for s in sizes
-                                  if s not in measured]
+            result["skipped"] += [
+                f"AMS at {s:,}: no room in the embedded Redis's maxmemory" for s in sizes if s not in measured
+            ]
             save()
 
     if not args.no_recall:
