@@ -12,7 +12,7 @@ from django.templatetags.static import static
 from django.urls import reverse
 
 from lifecycle.models import Candidate
-from memory_platform.admin_base import operated_tenants
+from memory_platform.admin_base import operated_rows
 
 
 def _may(request: HttpRequest, permission: str | None) -> Any:
@@ -37,11 +37,7 @@ def _model(request: HttpRequest, title: str, icon: str, label: str, query: str =
 
 def pending_candidates(request: HttpRequest) -> int:
     """The review queue's badge: proposals awaiting a decision in the tenants the user operates."""
-    ids = operated_tenants(request)
-    proposed = Candidate.objects.across_tenants("console: the review queue's badge, scoped below")
-    proposed = proposed.filter(status=Candidate.Status.PROPOSED)
-    if ids is not None:
-        proposed = proposed.filter(tenant_id__in=ids)
+    proposed = operated_rows(request, Candidate.objects.filter(status=Candidate.Status.PROPOSED))
     return proposed.count()
 
 

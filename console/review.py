@@ -19,7 +19,7 @@ from django.utils import timezone
 from episodes.models import Episode
 from lifecycle.candidates import CandidateError, candidate_approve, candidate_reject, owner_of
 from lifecycle.models import Candidate
-from memory_platform.admin_base import admin_actor, operated_tenants, visible_tenants
+from memory_platform.admin_base import admin_actor, operated_rows, visible_tenants
 
 #: Proposals on one page of the queue, oldest first.
 PAGE = 25
@@ -35,11 +35,7 @@ def _may_decide(request: HttpRequest) -> bool:
 
 
 def _proposals(request: HttpRequest) -> Any:
-    ids = operated_tenants(request)
-    proposals = Candidate.objects.across_tenants("console: the review queue, scoped below")
-    if ids is not None:
-        proposals = proposals.filter(tenant_id__in=ids)
-    return proposals.filter(status=Candidate.Status.PROPOSED)
+    return operated_rows(request, Candidate.objects.filter(status=Candidate.Status.PROPOSED))
 
 
 def side(episode: Episode) -> dict[str, Any]:

@@ -40,6 +40,17 @@ def operated_tenants(request: HttpRequest) -> frozenset[Any] | None:
     return cached
 
 
+def operated_rows(
+    request: HttpRequest, queryset: QuerySet[Any], tenant_lookup: str = "tenant_id"
+) -> QuerySet[Any]:
+    """A tenant-owned ``queryset`` cut to the tenants the console's user operates (every tenant's
+    rows for a superuser): the one place the console crosses tenants."""
+    ids = operated_tenants(request)
+    if ids is None:
+        return across_tenants(queryset, "console: a superuser sees every tenant")
+    return queryset.filter(**{f"{tenant_lookup}__in": ids})
+
+
 def visible_tenants(request: HttpRequest) -> QuerySet[Tenant]:
     ids = operated_tenants(request)
     return Tenant.objects.all() if ids is None else Tenant.objects.filter(pk__in=ids)
@@ -53,11 +64,7 @@ class TenantScopedAdmin(ModelAdmin):
     tenant_lookup = "tenant_id"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        queryset = super().get_queryset(request)
-        ids = operated_tenants(request)
-        if ids is None:
-            return across_tenants(queryset, "console: a superuser sees every tenant")
-        return queryset.filter(**{f"{self.tenant_lookup}__in": ids})
+        return operated_rows(request, super().get_queryset(request), self.tenant_lookup)
 
     def get_list_filter(self, request: HttpRequest) -> Any:
         # Only the tenants that have rows in this (already scoped) list are offered.

@@ -274,10 +274,19 @@ def test_a_restarted_redis_ranks_text_as_before_without_dead_records_from_its_lo
         )
         return [(h.turn_id, round(h.score, 6)) for h in hits]
 
-    collect_index_garbage(url)
+    def collected_records():
+        # On a loaded machine one forced run may leave part of the garbage to the next: collect
+        # until a run finds nothing left, as a quiet server would have done by now.
+        for _ in range(10):
+            before, after = collect_index_garbage(url)[index]
+            if before == after:
+                return after
+        raise AssertionError(f"the index {index} still had garbage after 10 collections")
+
+    collected_records()
     ranking = text_ranking()
     assert len(ranking) == 8
-    records = collect_index_garbage(url)[index][1]
+    records = collected_records()
 
     server = settings.EMBEDDED_REDIS
     server.stop()
