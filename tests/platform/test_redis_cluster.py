@@ -14,7 +14,7 @@ from episodes.scope import Scope
 from episodes.stores import keys
 from memory_platform import counters, ratelimit
 from memory_platform.embedded.redis_cluster import slot_ranges
-from memory_platform.redis_client import ClusterAddress, get_redis, refusing_writes, tenant_tag
+from memory_platform.redis_client import ClusterAddress, get_redis, hash_tag, refusing_writes, tenant_tag
 from memory_platform.settings import redis_from_url
 
 from ..conftest import unit_vectors
@@ -89,6 +89,34 @@ def test_counters_and_rate_limits_on_the_cluster(db, redis_cluster, settings):
     assert ratelimit.hit_all(buckets, 122.0, tenant=tenant) == pytest.approx(58.0)
     assert ratelimit.over_all(buckets, 123.0, tenant=tenant) == pytest.approx(57.0)
     assert refusing_writes(client) == ""
+
+
+def test_the_apis_rate_limit_windows_are_in_the_tenants_slot(caller, redis_cluster, settings):
+    """A request's windows (its key's and its tenant's) carry the tenant's hash tag, so on a
+    cluster both are counted on the master of the tenant's slot, in one round trip."""
+    from django.test import override_settings
+
+    counters.flush()  # earlier counts belong to the single server
+    settings.REDIS_URL = redis_cluster.url()
+    client = get_redis()
+    client.flushdb()
+    try:
+        limits = {**settings.MEMORY, "RATE_LIMIT": "2/min", "TENANT_RATE_LIMIT": "100/min"}
+        with override_settings(MEMORY=limits):
+            codes = [caller.get("/api/v1/whoami").status_code for _ in range(3)]
+        # Two windows of a minute: the third request falls in the same minute unless the test
+        # straddled one (then it is answered again, in a new window).
+        assert codes[:2] == [200, 200] and codes[2] in (200, 429)
+        tag = hash_tag(caller.tenant.id.hex)
+        windows = sorted(k.decode() for k in client.scan_iter(match="mp:rl:*"))
+        assert windows and all(k.startswith(f"mp:rl:{tag}:") for k in windows), windows
+        assert {k.split(":")[3] for k in windows} == {"key", "tenant"}
+        assert any(f":key:{caller.key.prefix}:" in k for k in windows)
+        assert {slot(k) for k in windows} == {slot(tag)}
+        owner = client.get_node_from_key(tag)
+        assert all(client.get_node_from_key(k) == owner for k in windows)
+    finally:
+        counters.flush()  # this test's counts go to the cluster, before settings are restored
 
 
 def test_counters_written_before_the_hash_tag_are_added_to_the_tagged_ones(db):
