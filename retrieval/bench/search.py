@@ -338,7 +338,15 @@ def run_search_bench(
                     if floors[with_vector]["p95"]
                     else None
                 )
-                row = {"episodes": size, "path": label, "queries": len(qs), **figures, "floor_ratio": ratio}
+                row = {
+                    "episodes": size,
+                    "path": label,
+                    "queries": len(qs),
+                    **figures,
+                    "p95_ms": figures["p95"],
+                    "floor_p95_ms": floors[with_vector]["p95"],
+                    "ratio_to_floor": ratio,
+                }
                 results.append(row)
             for label, times in (
                 ("floor: embedding", floor.embedding),
@@ -369,7 +377,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     )
     lines = [head]
     for r in rows:
-        ratio = r.get("floor_ratio")
+        ratio = r.get("ratio_to_floor")
         lines.append(
             f"{r['episodes']:>9}  {r['path']:<26}{r['queries']:>8}{r['p50']:>9}{r['p95']:>9}{r['p99']:>9}"
             f"{f'{ratio}x' if ratio is not None else '':>11}"
