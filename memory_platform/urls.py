@@ -6,6 +6,9 @@ from memory_platform.api import health
 from memory_platform.api.views import WhoAmIView
 from memory_platform.mcp.endpoint import McpView
 
+# The console's pages register here, with the URLs (console/admin_config.py says why).
+admin.autodiscover()
+
 api_v1 = [
     path("whoami", WhoAmIView.as_view(), name="whoami"),
     path("", include("retrieval.api.urls")),

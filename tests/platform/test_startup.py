@@ -38,6 +38,27 @@ def test_setup_and_the_url_tree_import_no_model():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_command_starts_without_the_console_which_the_web_app_imports_before_it_serves():
+    """The admin's pages are discovered with the URLs: ``django.setup()`` (every ``manage.py``
+    command) imports neither the console nor the search stack; the web app imports both at once."""
+    code = (
+        "import django, sys; django.setup(); "
+        "mods = ('console.site', 'unfold.admin', 'retrieval.services'); "
+        "print([m for m in mods if m in sys.modules]); import memory_platform.wsgi; "
+        "print([m for m in mods if m not in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=manage_py_environment(DJANGO_SETTINGS_MODULE="memory_platform.settings"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "[]"]
+
+
 @pytest.mark.django_db
 def test_warm_up_loads_the_embedder_and_the_registered_parts_and_is_never_fatal(caplog):
     assert {"jieba dictionary", "dateparser"} <= set(warmup._parts)  # registered by the episodes app
