@@ -27,7 +27,6 @@ class TurnInline(ReadOnlyInline):
     extra = 0
     can_delete = False
     ordering = ("seq",)
-    show_change_link = True
 
 
 @admin.register(Turn)

@@ -56,6 +56,18 @@ def visible_tenants(request: HttpRequest) -> QuerySet[Tenant]:
     return Tenant.objects.all() if ids is None else Tenant.objects.filter(pk__in=ids)
 
 
+class TenantListFilter(admin.RelatedOnlyFieldListFilter):
+    """The tenants that have rows in the (already scoped) list. Their keys are read apart, not as a
+    subquery of the tenants' list as Django's filter does, so the statement on the tenant-owned
+    table is the list's own: the operator's tenants, or a superuser's ``across_tenants``."""
+
+    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> Any:
+        rows = model_admin.get_queryset(request).order_by()
+        keys = set(rows.values_list(f"{self.field_path}__pk", flat=True).distinct())
+        ordering = self.field_admin_ordering(field, request, model_admin)
+        return field.get_choices(include_blank=False, limit_choices_to={"pk__in": keys}, ordering=ordering)
+
+
 class TenantScopedAdmin(ModelAdmin):
     """Rows of the tenants the user operates, and nothing else: lists, pages by id, the tenant
     filter's choices and the tenant field of forms (``operated_tenants``)."""
@@ -69,7 +81,7 @@ class TenantScopedAdmin(ModelAdmin):
     def get_list_filter(self, request: HttpRequest) -> Any:
         # Only the tenants that have rows in this (already scoped) list are offered.
         return [
-            ("tenant", admin.RelatedOnlyFieldListFilter) if entry == "tenant" else entry
+            ("tenant", TenantListFilter) if entry == "tenant" else entry
             for entry in super().get_list_filter(request)
         ]
 
@@ -98,6 +110,8 @@ class ReadOnlyInline(TabularInline):
 
     extra = 0
     can_delete = False
+    #: The theme titles each row with the row's name, which repeats (cut) what its cells show.
+    hide_title = True
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
