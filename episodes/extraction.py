@@ -238,20 +238,28 @@ _ABBREVIATIONS = frozenset(_ABBREVIATION_TEXT.split())
 #: Where a sentence may end: . ! ? … with any closing quotes or brackets, before a space; Chinese
 #: 。！？ (no space needed); a line break.
 _SENTENCE_END = re.compile(r"[.!?…]+[\"'”»)\]]*(?=\s)|[。！？]+[”」』）]*|\n+")
-_LAST_WORD = re.compile(r"(\S+)$")
 
 
 def _ends_sentence(text: str, end: re.Match[str]) -> bool:
     mark = end.group()
     if not mark.startswith((".", "…")):
         return True
-    following = text[end.end() :].lstrip()
-    if following[:1].islower():  # "e.g. very", "т.е. позже", "and so on... then"
+    # The words on either side are found by stepping from the mark, not by reading the text before
+    # and after it: a long text has many marks, and copying it at each would be quadratic.
+    after = end.end()
+    while after < len(text) and text[after].isspace():
+        after += 1
+    if text[after : after + 1].islower():  # "e.g. very", "т.е. позже", "and so on... then"
         return False
-    word = _LAST_WORD.search(text[: end.start()])
-    if word is None:
+    stop = end.start()
+    if text[stop - 1 : stop] == "\n":
+        stop -= 1  # "Dr\n. Smith": a word and the line break after it come before the mark
+    start = stop
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    if start == stop:
         return True
-    word_text = word.group(1).lstrip("(\"'“«").lower()
+    word_text = text[start:stop].lstrip("(\"'“«").lower()
     # not after "Dr. Smith", "Ул. Ленина", "J. K. Rowling"
     return not (
         mark == "." and (word_text in _ABBREVIATIONS or (len(word_text) == 1 and word_text.isalpha()))
@@ -367,10 +375,14 @@ def extract_entities(text: str, limit: int = 60) -> list[str]:
 
 def extract_decisions(text: str, limit: int = 20) -> list[str]:
     # Verbatim: a decision keeps its punctuation (compression keeps decisions word for word).
+    if not _DECISION_CUES.search(text):  # none in the text, none in a sentence of it: one pass
+        return []
     return _unique((s for s in split_sentences(text) if _DECISION_CUES.search(s)), strip=" \t\n")[:limit]
 
 
 def extract_changes(text: str, limit: int = 20) -> list[str]:
     """The sentences of ``text`` that say a value changed or a choice was made (``_CHANGE_CUES``),
     verbatim: what may make an older memory of the same subject out of date."""
+    if not _CHANGE_CUES.search(text):  # none in the text, none in a sentence of it: one pass
+        return []
     return _unique((s for s in split_sentences(text) if _CHANGE_CUES.search(s)), strip=" \t\n")[:limit]
