@@ -1,8 +1,11 @@
-"""The local model's forward pass for one search query, in ONNX Runtime.
+"""The local model's forward pass in ONNX Runtime: for one search query, and for the batches ingest
+embeds.
 
 The same all-MiniLM-L6-v2 weights as the torch pipeline (exported from the loaded model once,
 kept under ``MEMORY_VAR_DIR``), the same word pieces, mean pooling and L2 norm: vectors equal
-torch's within 3e-7, in about half of torch's time for one short query (docs/decisions/0004).
+torch's within 3e-7, in about half of torch's time for one short query (docs/decisions/0004). A
+batch runs without torch's worker threads, which wait for each other, spinning, on a machine whose
+cores are busy (docs/decisions/0055-ingest-at-the-embedders-speed.md).
 """
 
 from __future__ import annotations
@@ -74,7 +77,8 @@ def export(transformer: Any, out: Path) -> None:
 
 
 class QueryEncoder:
-    """One text at a time; ``encode`` is safe to call from several threads at once."""
+    """One text (``encode``) or a batch (``encode_batch``); both are safe to call from several
+    threads at once."""
 
     def __init__(self, model_file: Path, model_dir: Path, threads: int):
         import onnxruntime as ort
@@ -97,15 +101,37 @@ class QueryEncoder:
         )
 
     def encode(self, text: str) -> np.ndarray:
-        pieces = self.tokenizer.encode(text)
-        mask = np.asarray([pieces.attention_mask], dtype=np.int64)
-        feeds = {
-            "input_ids": np.asarray([pieces.ids], dtype=np.int64),
-            "attention_mask": mask,
-            "token_type_ids": np.asarray([pieces.type_ids], dtype=np.int64),
-        }
+        return self._run([self.tokenizer.encode(text)])[0]
+
+    def encode_batch(self, texts: list[str], batch_size: int) -> np.ndarray:
+        """``texts`` as a (len(texts), dim) float32 array, in their order. They run in batches of
+        texts of about the same length (as sentence-transformers sorts them), so that little of a
+        batch is padding."""
+        pieces = self.tokenizer.encode_batch(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(pieces[i].ids))
+        out: np.ndarray | None = None
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            vectors = self._run([pieces[i] for i in chunk])
+            if out is None:
+                out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+            out[chunk] = vectors
+        assert out is not None
+        return out
+
+    def _run(self, pieces: list[Any]) -> np.ndarray:
+        """Word pieces of one or more texts, padded to the longest: their pooled, normalised vectors."""
+        width = max(len(p.ids) for p in pieces)
+        ids = np.zeros((len(pieces), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        types = np.zeros_like(ids)
+        for row, p in enumerate(pieces):
+            ids[row, : len(p.ids)] = p.ids
+            mask[row, : len(p.ids)] = p.attention_mask
+            types[row, : len(p.ids)] = p.type_ids
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         hidden = self.session.run(["last_hidden_state"], feeds)[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-        return np.asarray(pooled[0], dtype=np.float32)
+        return np.asarray(pooled, dtype=np.float32)

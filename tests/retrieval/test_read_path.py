@@ -100,8 +100,8 @@ def test_uses_inside_a_transaction_are_written_at_once_on_its_connection(caller)
 
 def test_query_embedding_matches_the_batch_pipeline():
     embedder = get_embedder("local")
-    # Queries go through ONNX Runtime (exported from the torch model into the data directory);
-    # the stored vectors come from torch batches: they must be the same vectors.
+    # Queries and batches go through ONNX Runtime (exported from the torch model into the data
+    # directory): one text and a batch give the same vectors, and torch's.
     assert embedder._onnx() is not None
     assert list((settings.VAR_DIR / "models").glob("*.onnx"))
     texts = ["What did Caroline do at the support group last week?", "hiking", "x " * 400, "", "café 東京 🚀"]
