@@ -10,12 +10,16 @@ from typing import Any
 from django.db import transaction
 
 from memory_platform.embeddings import EmbeddingError
+from memory_platform.locks import advisory_lock
 from memory_platform.tenancy.models import Tenant
 
 from .indexing import collect_hot_garbage, episodes_index_hot, hot_remove_packed, is_live_hot
 from .models import Episode
 
 logger = logging.getLogger(__name__)
+
+#: The advisory lock (``memory_platform.locks``) one repair holds while it runs.
+REPAIR_LOCK = "episodes.repair_hot_index"
 
 
 def index_episodes(episode_ids: list[int], tenant_id: str | None = None) -> int:
@@ -33,8 +37,20 @@ def repair_hot_index(limit: int = 500) -> int:
     or forgotten) whose removal was missed (a tick killed between its commit and Redis, Redis
     down). Each such change marks its episode ``needs_reindex`` in its own transaction
     (``lifecycle.hotsync``), so the marks are all there is to read. Scheduled every minute
-    (``lifecycle.tasks.schedule_ticks``): the task queue lives in Redis too, so it runs again
-    within a minute of Redis coming back. Returns how many episodes it put right."""
+    (``lifecycle.tasks.schedule_ticks``): the task queue lives in Postgres, so it runs while Redis
+    is lost and within a minute of its return. Returns how many episodes it put right.
+
+    One repair at a time across every worker: a second one (a run that outlived its minute, a
+    retried task, another node's worker) returns 0 at once instead of reading the same marks and
+    embedding and indexing their turns again."""
+    with advisory_lock(REPAIR_LOCK) as held:
+        if not held:
+            logger.info("the hot index repair is running elsewhere; this one has nothing to do")
+            return 0
+        return _repair(limit)
+
+
+def _repair(limit: int) -> int:
     marked = list(
         Episode.objects.across_tenants("repair: every tenant's marked episodes")
         .filter(needs_reindex=True)
