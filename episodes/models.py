@@ -16,7 +16,12 @@ from pgvector.django import HnswIndex, VectorField
 
 from memory_platform.conf import DEFAULTS
 from memory_platform.tenancy.models import Tenant
-from memory_platform.tenancy.scoping import TenantScopedManager, TenantScopedQuerySet
+from memory_platform.tenancy.scoping import (
+    TenantForeignKey,
+    TenantOwned,
+    TenantScopedManager,
+    TenantScopedQuerySet,
+)
 
 from . import public_ids, when
 from .language import Language
@@ -92,7 +97,7 @@ class EpisodeQuerySet(TenantScopedQuerySet):
 _PACKED = models.Q(layer__in=["warm", "cold"])
 
 
-class Episode(models.Model):
+class Episode(TenantOwned):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="episodes")
     public_id = public_id_field()
     user_id = models.CharField(max_length=200, blank=True, default="")
@@ -223,9 +228,9 @@ class Episode(models.Model):
         return f"#{self.pk} {self.title or self.kind}"
 
 
-class Turn(models.Model):
+class Turn(TenantOwned):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="turns")
-    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="turns")
+    episode = TenantForeignKey(Episode, on_delete=models.CASCADE, related_name="turns")
     public_id = public_id_field()
     user_id = models.CharField(max_length=200, blank=True, default="")
     agent_id = models.CharField(max_length=200, blank=True, default="")
@@ -272,10 +277,10 @@ class Turn(models.Model):
         return f"{self.role}: {self.text[:60]}"
 
 
-class Link(models.Model):
+class Link(TenantOwned):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="links")
-    src = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="out_links")
-    dst = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="in_links")
+    src = TenantForeignKey(Episode, on_delete=models.CASCADE, related_name="out_links")
+    dst = TenantForeignKey(Episode, on_delete=models.CASCADE, related_name="in_links")
     kind = models.CharField(max_length=12, choices=LinkKind.choices, default=LinkKind.RELATED)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -283,7 +288,7 @@ class Link(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["src", "dst", "kind"], name="link_unique_triple"),
+            models.UniqueConstraint(fields=["tenant", "src", "dst", "kind"], name="link_unique_per_tenant"),
             models.CheckConstraint(condition=~models.Q(src=models.F("dst")), name="link_not_self"),
         ]
         indexes = [models.Index(fields=["tenant", "dst"], name="link_tenant_dst")]
@@ -292,7 +297,7 @@ class Link(models.Model):
         return f"{self.src_id} -{self.kind}-> {self.dst_id}"
 
 
-class ForgottenUser(models.Model):
+class ForgottenUser(TenantOwned):
     """A person erased from a tenant for good (``rights.erasure.forget_user``): the tombstone that
     keeps a retried or queued write from bringing them back. It keeps a hash of the ``user_id``, not
     the id; an operator who deletes it lets the id write again."""

@@ -9,7 +9,11 @@ from django.utils import timezone
 
 from episodes.models import public_id_field
 from memory_platform.tenancy.models import Tenant
-from memory_platform.tenancy.scoping import TenantScopedManager
+from memory_platform.tenancy.scoping import (
+    TenantForeignKey,
+    TenantOwned,
+    TenantScopedManager,
+)
 
 from .policy import (
     LayerRule,
@@ -42,7 +46,7 @@ __all__ = [
 ]
 
 
-class TickRun(models.Model):
+class TickRun(TenantOwned):
     class Status(models.TextChoices):
         RUNNING = "running"
         SUCCEEDED = "succeeded"
@@ -68,19 +72,19 @@ class TickRun(models.Model):
         return f"tick {self.pk} {self.status} at {self.now_used:%Y-%m-%d %H:%M}"
 
 
-class JournalEntry(models.Model):
+class JournalEntry(TenantOwned):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="journal_entries")
     created_at = models.DateTimeField(default=timezone.now)
     action = models.CharField(max_length=50, help_text="e.g. demote_warm, mark_delete_candidate, forget")
     actor = models.CharField(max_length=100, blank=True, default="", help_text="tick, admin:<user>, api")
     # The id is copied so the entry still names the episode after a purge nulls the foreign key.
-    episode = models.ForeignKey(
+    episode = TenantForeignKey(
         "episodes.Episode", null=True, blank=True, on_delete=models.SET_NULL, related_name="journal_entries"
     )
     episode_id_value = models.BigIntegerField(null=True, blank=True)
     before = models.JSONField(default=dict, blank=True, help_text="enough of the old state to undo")
     after = models.JSONField(default=dict, blank=True)
-    tick_run = models.ForeignKey(
+    tick_run = TenantForeignKey(
         TickRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="journal_entries"
     )
     rolled_back_at = models.DateTimeField(null=True, blank=True)
@@ -99,7 +103,7 @@ class JournalEntry(models.Model):
         return f"{self.action} #{self.episode_id_value} at {self.created_at:%Y-%m-%d %H:%M}"
 
 
-class Candidate(models.Model):
+class Candidate(TenantOwned):
     """A merge or delete proposal (docs/concepts.md#candidates-merges-and-deletes). A tick only proposes; an
     operator or the tenant decides, and even then the change is soft and journaled
     (docs/concepts.md#journal-and-rollback)."""
@@ -119,13 +123,13 @@ class Candidate(models.Model):
     #: tenant's proposals.
     public_id = public_id_field()
     kind = models.CharField(max_length=6, choices=Kind.choices)
-    episode = models.ForeignKey(
+    episode = TenantForeignKey(
         "episodes.Episode",
         on_delete=models.CASCADE,
         related_name="candidacies",
         help_text="the episode to delete, or to merge into `other`",
     )
-    other = models.ForeignKey(
+    other = TenantForeignKey(
         "episodes.Episode",
         null=True,
         blank=True,
@@ -150,7 +154,7 @@ class Candidate(models.Model):
             models.UniqueConstraint(fields=["tenant", "public_id"], name="candidate_tenant_public_id"),
             # One open proposal per (kind, episode, other): a tick run twice proposes nothing new.
             models.UniqueConstraint(
-                fields=["kind", "episode", "other"],
+                fields=["tenant", "kind", "episode", "other"],
                 condition=Q(status="proposed"),
                 nulls_distinct=False,
                 name="candidate_one_open_proposal",
@@ -171,7 +175,7 @@ class Candidate(models.Model):
         return f"{self.kind} #{self.episode_id}{target} ({self.status})"
 
 
-class AccessWindow(models.Model):
+class AccessWindow(TenantOwned):
     """The usage count a packed episode had when its current window of `hot_days` began.
 
     Upward migration (the tick's promote step) needs "accesses within hot_days"; the episode keeps only a
@@ -180,17 +184,23 @@ class AccessWindow(models.Model):
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="access_windows")
-    episode = models.OneToOneField("episodes.Episode", on_delete=models.CASCADE, related_name="access_window")
+    #: One per episode (the constraint, which holds the tenant as Citus requires: docs/decisions/0053).
+    episode = TenantForeignKey("episodes.Episode", on_delete=models.CASCADE, related_name="access_window")
     started_at = models.DateTimeField()
     access_count_at_start = models.PositiveIntegerField()
 
     objects = TenantScopedManager()
 
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "episode"], name="access_window_once_per_episode")
+        ]
+
     def __str__(self) -> str:
         return f"#{self.episode_id} since {self.started_at:%Y-%m-%d} from {self.access_count_at_start}"
 
 
-class TenantSnapshot(models.Model):
+class TenantSnapshot(TenantOwned):
     """A tenant's figures (``lifecycle.stats.tenant_stats``) at one moment: written every hour by a
     scheduled task and kept ``MEMORY["SNAPSHOT_KEEP_DAYS"]`` days; the console's charts read them."""
 
@@ -208,7 +218,7 @@ class TenantSnapshot(models.Model):
         return f"{self.tenant_id} at {self.taken_at:%Y-%m-%d %H:%M}"
 
 
-class PolicyChange(models.Model):
+class PolicyChange(TenantOwned):
     """A saved change of a tenant's policy: who, when, which fields, their old and new values
     (``lifecycle.services.policy_save``; secrets only as set or empty)."""
 

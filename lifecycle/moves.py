@@ -179,7 +179,9 @@ def warm_shape(episode: Episode, summariser: Any, policy: Policy, now: datetime)
     """What a hot episode packs into: the summariser's summary and key points, as many points as its idle time
     allows (the warm gradient), entities and decisions kept whole (docs/concepts.md#the-warm-shape): what
     ingest found plus what the summariser found."""
-    turns = list(episode.turns.order_by("seq", "id").only("text", "embedding"))
+    # With "episode": the related manager matches each turn to its episode by it, and a deferred
+    # episode_id would be read row by row.
+    turns = list(episode.turns.order_by("seq", "id").only("text", "embedding", "episode"))
     vectors = None
     if turns and all(turn.embedding is not None for turn in turns):
         vectors = np.stack([np.asarray(turn.embedding, dtype=np.float32) for turn in turns])

@@ -23,7 +23,7 @@ from memory_platform import db
 from memory_platform.conf import memory_settings
 from memory_platform.openai_compat import validate_base_url
 from memory_platform.tenancy.models import Tenant
-from memory_platform.tenancy.scoping import TenantScopedManager
+from memory_platform.tenancy.scoping import TenantOwned, TenantScopedManager
 
 from .tenant_policy import Policy, pinned_cap_bytes
 
@@ -109,7 +109,7 @@ class SummariserName(models.TextChoices):
     LLM = "llm", "LLM (OpenAI-compatible chat endpoint, falls back to extractive)"
 
 
-class MemoryPolicy(models.Model):
+class MemoryPolicy(TenantOwned):
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="policy")
     preset = models.CharField(
         max_length=12,

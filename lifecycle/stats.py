@@ -314,11 +314,13 @@ def take_snapshots(now: datetime, *, older_than: timedelta | None = None) -> dic
     """One snapshot per active tenant at ``now`` (with ``older_than``: only of the tenants whose
     newest snapshot is older than that, or who have none); those older than
     ``SNAPSHOT_KEEP_DAYS`` go."""
-    active = Tenant.objects.filter(is_active=True).order_by("pk")
+    tenants = list(Tenant.objects.filter(is_active=True).order_by("pk"))
     if older_than is not None:
+        # Read apart rather than as a subquery of the tenants' scan: the statement that crosses
+        # tenants is the one that says so.
         recent = TenantSnapshot.objects.across_tenants("snapshots: which tenants have a recent one")
-        active = active.exclude(pk__in=recent.filter(taken_at__gt=now - older_than).values("tenant_id"))
-    tenants = list(active)
+        done = set(recent.filter(taken_at__gt=now - older_than).values_list("tenant_id", flat=True))
+        tenants = [t for t in tenants if t.pk not in done]
     stats = tenant_stats(tenants, now)
     TenantSnapshot.objects.bulk_create(
         TenantSnapshot(tenant_id=pk, taken_at=now, data=data) for pk, data in stats.items()

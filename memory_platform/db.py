@@ -14,6 +14,7 @@ statement would be far slower than planning it each time).
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -70,10 +71,21 @@ def register_adapters(sender: Any, connection: Any, **kwargs: Any) -> None:
 
 
 def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    """All rows of ``sql`` (``%s`` placeholders), parameters sent apart, rows in binary."""
+    """All rows of ``sql`` (``%s`` placeholders), parameters sent apart, rows in binary.
+
+    The statement passes through the connection's ``execute_wrappers`` as a Django cursor's would,
+    so what watches every statement (the test suite's tenant check, docs/operations/scale-out.md)
+    sees these too."""
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, binary=True)
+
+        def execute(sql: str, params: Sequence[Any], many: bool, context: dict[str, Any]) -> None:
+            cursor.execute(sql, params, binary=True)
+
+        executor: Callable[..., None] = execute
+        for wrapper in reversed(connection.execute_wrappers):
+            executor = functools.partial(wrapper, executor)
+        executor(sql, params, False, {"connection": connection, "cursor": cursor})
         return cursor.fetchall()
 
 

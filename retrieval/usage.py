@@ -1,7 +1,7 @@
 """Usage counting off the request path.
 
 A search answers first; the accesses it caused are queued here and written by one background thread per
-process, many searches in one statement (``write_usage``). The counts are the same as one ``record_access``
+process, many searches in one statement per tenant (``write_usage``). The counts are the same as one ``record_access``
 per search: each access adds one to ``access_count`` (each traversal to ``traverse_count``), bumps ``version``
 (a layer move in flight sees the touch and abandons: docs/concepts.md#halt-on-touch) and sets
 ``last_accessed_at`` to the ``now`` of the latest queued use.
@@ -42,7 +42,7 @@ class _Use:
 
 
 def write_usage(uses: dict[tuple[uuid.UUID, int], _Use]) -> int:
-    """Write queued uses in one statement (``episodes.stores.rows.uses_add``)."""
+    """Write queued uses, one statement per tenant (``episodes.stores.rows.uses_add``)."""
     return rows.uses_add(
         {key: rows.Use(use.accesses, use.traversals, use.at) for key, use in uses.items() if use.at}
     )
@@ -135,7 +135,7 @@ class UsageRecorder:
         try:
             while not self._stop.is_set():
                 self._wake.wait()
-                # Gather the uses of the next moment into one statement.
+                # Gather the uses of the next moment into one write.
                 self._stop.wait(self.interval)
                 self._wake.clear()
                 close_old_connections()

@@ -57,6 +57,10 @@ def _clean_redis():
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from tests.tenant_statements import Recorder
+
+    # Every statement on a table distributed by tenant names its tenant (docs/operations/scale-out.md).
+    config.pluginmanager.register(Recorder(), "tenant_statements")
     config.addinivalue_line(
         "markers",
         "single_redis: in a module run on both Redis deployments (redis_deployment), a test of what "

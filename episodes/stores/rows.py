@@ -188,38 +188,46 @@ UPDATE {EPISODES} e SET
     traverse_count = e.traverse_count + u.traversals,
     last_accessed_at = u.at,
     version = e.version + u.accesses + u.traversals
-FROM unnest(%s::uuid[], %s::bigint[], %s::int[], %s::int[], %s::timestamptz[])
-    AS u(tenant_id, id, accesses, traversals, at)
-WHERE e.id = u.id AND e.tenant_id = u.tenant_id
+FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::timestamptz[]) AS u(id, accesses, traversals, at)
+WHERE e.tenant_id = %s AND e.id = u.id
 """
 
 
 def uses_add(uses: Mapping[tuple[uuid.UUID, int], Use]) -> int:
-    """Add uses to episodes, keyed by (tenant id, episode id), in one UPDATE without
-    read-modify-write; each row is matched by its tenant and its id. The version moves with every
-    use, so a layer move in flight sees the touch and abandons
-    (docs/concepts.md#halt-on-touch).
+    """Add uses to episodes, keyed by (tenant id, episode id), without read-modify-write: one
+    UPDATE per tenant that names it, so an episode id is matched within its tenant only, and on
+    Postgres distributed by tenant the statement goes to that tenant's shard alone
+    (docs/operations/scale-out.md). The version moves with every use, so a layer move in flight
+    sees the touch and abandons (docs/concepts.md#halt-on-touch).
 
     In its own transaction it commits without waiting for the WAL flush: a count lost to a crash
     in the next milliseconds is harmless, and a search would otherwise wait for a disk sync."""
     if not uses:
         return 0
-    keys = list(uses)
+    by_tenant: dict[uuid.UUID, list[int]] = {}
+    for tenant, episode in uses:
+        by_tenant.setdefault(tenant, []).append(episode)
     own_transaction = not connection.in_atomic_block
+    updated = 0
     with transaction.atomic(), connection.cursor() as cursor:
         if own_transaction:  # never loosen a caller's transaction (ingest commits durably)
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        cursor.execute(
-            _ADD_USES,
-            [
-                [tenant for tenant, _ in keys],
-                [episode for _, episode in keys],
-                [uses[k].accesses for k in keys],
-                [uses[k].traversals for k in keys],
-                [uses[k].at for k in keys],
-            ],
-        )
-        return int(cursor.rowcount)
+        # Tenants in one order, so two processes writing the same tenants take their rows' locks
+        # tenant by tenant in the same order.
+        for tenant in sorted(by_tenant, key=str):
+            episodes = by_tenant[tenant]
+            cursor.execute(
+                _ADD_USES,
+                [
+                    episodes,
+                    [uses[tenant, e].accesses for e in episodes],
+                    [uses[tenant, e].traversals for e in episodes],
+                    [uses[tenant, e].at for e in episodes],
+                    tenant,
+                ],
+            )
+            updated += int(cursor.rowcount)
+    return updated
 
 
 #: The owner fields a merge never crosses: two memories are merged only when they hold the same

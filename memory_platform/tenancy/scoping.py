@@ -15,8 +15,12 @@ filter is an error in the first test that runs the code, not a leak. ``grep -rn 
 lists every place that reads or writes more than one tenant's rows (docs/concepts.md#tenants).
 
 Django's own machinery (saving an instance, cascades, forward foreign keys, migrations) uses the
-plain base manager, which this does not touch; raw SQL (``memory_platform.db``) carries its tenant
-by convention and is not covered.
+plain base manager, which refuses nothing. For Postgres distributed by tenant every statement
+should name the tenant all the same (docs/operations/scale-out.md): a filter on rows adds their
+``tenant_id``, and a model distributed by tenant (``TenantOwned``, its keys to others
+``TenantForeignKey``) names its tenant when it is saved or reloaded, when a foreign key's row is
+read and when rows are prefetched. Raw SQL (``memory_platform.db``) writes ``tenant_id = %s`` by
+hand. The test suite checks every statement it sends (``tests/tenant_statements.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
 from django.db import models
+from django.db.models.fields.related_descriptors import (
+    ForwardManyToOneDescriptor,
+    ReverseManyToOneDescriptor,
+)
+from django.utils.functional import cached_property
 
 
 class UnscopedQuery(RuntimeError):
@@ -41,20 +50,47 @@ def _carries_tenant(value: Any) -> bool:
 _KEY_PARTS = frozenset({"pk", "id", "exact", "in"})
 
 
+def _names_tenant(lookup: str) -> bool:
+    return lookup.split("__", 1)[0] in ("tenant", "tenant_id")
+
+
 def _scopes(lookup: str, value: Any) -> bool:
-    first, *rest = lookup.split("__")
-    if first in ("tenant", "tenant_id"):
-        return value is not None and set(rest) <= _KEY_PARTS
+    if _names_tenant(lookup):
+        return value is not None and set(lookup.split("__")[1:]) <= _KEY_PARTS
+    return bool(_tenants_of_rows(lookup, value))
+
+
+def _tenants_of_rows(lookup: str, value: Any) -> set[Any]:
+    """The tenants of the rows a lookup names (a row, or rows with ``__in``), each read for its
+    tenant; empty when it names none, or any row without a tenant."""
     if _carries_tenant(value):
-        return True
+        return {value.tenant_id}
     if (
         lookup.endswith("__in")
         and isinstance(value, Sequence | set | frozenset)
         and not isinstance(value, str)
     ):
         items = list(value)
-        return bool(items) and all(_carries_tenant(v) for v in items)
-    return False
+        if items and all(_carries_tenant(v) for v in items):
+            return {v.tenant_id for v in items}
+    return set()
+
+
+def _required_lookups(args: Any, kwargs: Any) -> list[tuple[str, Any]]:
+    """The (lookup, value) pairs every row of a ``filter(*args, **kwargs)`` satisfies: the keyword
+    arguments and the terms of ``Q`` objects that AND them (Django's ``prefetch_related`` filters
+    with ``Q(episode__in=rows)``)."""
+    lookups = list(kwargs.items())
+    for q in args:
+        if isinstance(q, models.Q) and q.connector == models.Q.AND and not q.negated:
+            lookups += [term for term in q.children if isinstance(term, tuple)]
+    return lookups
+
+
+def _tenant_filter(tenants: set[Any]) -> dict[str, Any]:
+    if len(tenants) == 1:
+        return {"tenant_id": next(iter(tenants))}
+    return {"tenant_id__in": sorted(tenants, key=str)}
 
 
 class TenantScopedQuerySet(models.QuerySet):
@@ -93,8 +129,17 @@ class TenantScopedQuerySet(models.QuerySet):
         return clone
 
     def _filter_or_exclude(self, negate: bool, args: Any, kwargs: Any) -> Self:
+        lookups = [] if negate else _required_lookups(args, kwargs)
+        if not any(_names_tenant(k) for k, _ in lookups):
+            # A row names its tenant: the statement names it too (``filter(episode=episode)``, a
+            # related manager, ``prefetch_related``), so that Postgres distributed by tenant sends
+            # it to that tenant's shard alone (docs/operations/scale-out.md).
+            tenants: set[Any] = set().union(*(_tenants_of_rows(k, v) for k, v in lookups))
+            if tenants:
+                kwargs = {**kwargs, **_tenant_filter(tenants)}
+                lookups += kwargs.items()
         clone = super()._filter_or_exclude(negate, args, kwargs)  # type: ignore[misc]
-        if not negate and clone._tenant_scope is None and any(_scopes(k, v) for k, v in kwargs.items()):
+        if clone._tenant_scope is None and any(_scopes(k, v) for k, v in lookups):
             clone._tenant_scope = "tenant"
         return clone
 
@@ -150,13 +195,42 @@ class TenantScopedQuerySet(models.QuerySet):
         objs = list(objs)
         if not all(_carries_tenant(o) for o in objs):
             raise UnscopedQuery(f"bulk_update of {self.model.__name__} rows without a tenant")
-        return super(TenantScopedQuerySet, self.across_tenants("the given rows")).bulk_update(
-            objs, fields, batch_size=batch_size
-        )
+        if not objs:
+            return 0
+        scoped = self.filter(**_tenant_filter({o.tenant_id for o in objs}))
+        return super(TenantScopedQuerySet, scoped).bulk_update(objs, fields, batch_size=batch_size)
 
 
 class TenantScopedManager(models.Manager.from_queryset(TenantScopedQuerySet)):  # type: ignore[misc]
     """The default manager of a tenant-owned model (``TenantScopedQuerySet``)."""
+
+
+class TenantOwned(models.Model):
+    """The base of a model distributed by tenant (docs/operations/scale-out.md): the statements
+    Django makes for one row name the row's tenant too, so that they reach one shard. ``save()``
+    updates ``WHERE id = %s AND tenant_id = %s`` (Django's own names the primary key alone), and
+    ``refresh_from_db()``, which also loads a deferred field, reads the same way. A row whose
+    ``tenant_id`` was deferred is read by its key alone."""
+
+    tenant_id: Any
+
+    class Meta:
+        abstract = True
+
+    def _do_update(self, base_qs: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        tenant_id = self.__dict__.get("tenant_id")
+        if tenant_id is not None:
+            base_qs = base_qs.filter(tenant_id=tenant_id)
+        return super()._do_update(base_qs, *args, **kwargs)
+
+    def refresh_from_db(
+        self, using: str | None = None, fields: Any = None, from_queryset: Any = None
+    ) -> None:
+        tenant_id = self.__dict__.get("tenant_id")
+        if from_queryset is None and tenant_id is not None:
+            rows: Any = type(self)._base_manager.db_manager(using, hints={"instance": self})
+            from_queryset = rows.filter(tenant_id=tenant_id)
+        super().refresh_from_db(using, fields, from_queryset)
 
 
 def across_tenants(queryset: models.QuerySet, reason: str) -> models.QuerySet:
@@ -165,3 +239,64 @@ def across_tenants(queryset: models.QuerySet, reason: str) -> models.QuerySet:
     if isinstance(queryset, TenantScopedQuerySet):
         return queryset.across_tenants(reason)
     return queryset
+
+
+class _ReadsWithTenant:
+    """What a foreign key between two models distributed by tenant reads (``turn.episode``,
+    ``prefetch_related("episode")``), read with the tenant of the rows that name it: Django's own
+    reads by the key alone."""
+
+    field: Any
+
+    def get_object(self, instance: Any) -> Any:
+        tenant_id = instance.__dict__.get("tenant_id")
+        if tenant_id is None:
+            return super().get_object(instance)  # type: ignore[misc]
+        rows = self.get_queryset(instance=instance).filter(tenant_id=tenant_id)  # type: ignore[attr-defined]
+        return rows.get(self.field.get_reverse_related_filter(instance))
+
+    def get_prefetch_querysets(self, instances: list[Any], querysets: Any = None) -> Any:
+        tenants = {i.__dict__.get("tenant_id") for i in instances}
+        if instances and None not in tenants:
+            rows = querysets[0] if querysets else self.get_queryset()  # type: ignore[attr-defined]
+            querysets = [rows.filter(**_tenant_filter(tenants))]
+        return super().get_prefetch_querysets(instances, querysets)  # type: ignore[misc]
+
+
+class _ForwardWithTenant(_ReadsWithTenant, ForwardManyToOneDescriptor):
+    pass
+
+
+class _ReverseWithTenant(ReverseManyToOneDescriptor):
+    """``prefetch_related("turns")`` of rows distributed by tenant: Django adds its filter on the
+    rows' keys to the query itself (``add_q``, past ``filter``), so the query is given their
+    tenants first (which also scopes it: ``TenantScopedQuerySet``). The related manager of one row
+    filters through ``filter`` and needs nothing more."""
+
+    @cached_property
+    def related_manager_cls(self) -> Any:
+        base: Any = super().related_manager_cls
+
+        class RelatedManager(base):  # type: ignore[misc,valid-type]
+            def get_prefetch_querysets(self, instances: list[Any], querysets: Any = None) -> Any:
+                tenants = {i.__dict__.get("tenant_id") for i in instances}
+                if instances and None not in tenants:
+                    rows = querysets[0] if querysets else self.model._default_manager.get_queryset()
+                    querysets = [rows.filter(**_tenant_filter(tenants))]
+                return super().get_prefetch_querysets(instances, querysets)
+
+        return RelatedManager
+
+
+class TenantForeignKey(models.ForeignKey):  # type: ignore[type-arg]
+    """A foreign key from one model distributed by tenant to another (``Turn.episode``): the row it
+    names is read with the tenant (``_ReadsWithTenant``), and so are the rows that name one row
+    when prefetched (``_ReverseWithTenant``). Migrations see a plain ``ForeignKey``: the column and
+    its constraint are the same."""
+
+    forward_related_accessor_class = _ForwardWithTenant
+    related_accessor_class = _ReverseWithTenant
+
+    def deconstruct(self) -> Any:
+        name, _, args, kwargs = super().deconstruct()
+        return name, "django.db.models.ForeignKey", args, kwargs
