@@ -5,14 +5,18 @@ Postgres is the system of record; everything here can be rebuilt from it (`rebui
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from django.db import transaction
+from django.db.models import Q
 
-from memory_platform.embeddings import embedder_for
+from memory_platform.conf import memory_settings
+from memory_platform.embeddings import Embedder, embedder_for
 from memory_platform.tenancy.models import Tenant
 
 from .models import Episode, Layer, State, Turn
@@ -32,12 +36,19 @@ def centroid(vectors: Sequence[np.ndarray]) -> np.ndarray:
     return _normalise(np.sum(np.stack([np.asarray(v, dtype=np.float32) for v in vectors]), axis=0))
 
 
-def episodes_index_hot(tenant_id: Any, episode_ids: Sequence[int]) -> int:
+def episodes_index_hot(
+    tenant_id: Any, episode_ids: Sequence[int], *, written: Mapping[int, Sequence[Turn]] | None = None
+) -> int:
     """Index the tenant's hot episodes among ``episode_ids`` (and their turns) in Redis from
     Postgres; clear their reindex mark.
 
     Turns still lacking an embedding (async ingest, an embedder that was down) are embedded
-    first. Raises on Redis and embedding errors.
+    first, all in one call of the embedder. Whatever the number of episodes, this is a fixed number
+    of statements and two Redis round trips. Raises on Redis and embedding errors.
+
+    ``written``: the turns, by episode, of episodes the caller has just created with them (an
+    ingest's new episodes, at version 1), which are not read back; an episode that has changed
+    since (a later version) is read as any other.
     """
     store = hot_store()
     episodes = list(
@@ -45,24 +56,127 @@ def episodes_index_hot(tenant_id: Any, episode_ids: Sequence[int]) -> int:
         .exclude(state=State.FORGOTTEN)
         .select_related("tenant")
     )
-    indexed = 0
+    if not episodes:
+        return 0
+    written = written or {}
+    turns: dict[int, list[Turn]] = {}
     for episode in episodes:
-        turns = list(episode.turns.order_by("seq", "id"))
-        embed_turns(episode, turns)
-        store.index_episode(episode, turn_documents(episode, turns))
-        # Only clear the mark if nothing changed since we read the episode; otherwise the newer
-        # write has queued (or will need) its own indexing.
-        Episode.objects.for_tenant(episode.tenant_id).filter(pk=episode.pk, version=episode.version).update(
-            needs_reindex=False
-        )
-        indexed += 1
-    return indexed
+        if episode.version == 1 and episode.pk in written:
+            turns[episode.pk] = list(written[episode.pk])
+    unread = [episode.pk for episode in episodes if episode.pk not in turns]
+    turns.update((pk, []) for pk in unread)
+    if unread:
+        for turn in Turn.objects.filter(tenant_id=tenant_id, episode_id__in=unread).order_by(
+            "episode_id", "seq", "id"
+        ):
+            turns[turn.episode_id].append(turn)
+    embedder = embedder_for(episodes[0].tenant)
+    if embedder.computes:
+        _embed_missing(embedder, episodes, turns)
+        windowed = fill_windows(embedder, [turns[episode.pk] for episode in episodes])
+        if windowed:
+            Turn.objects.bulk_update(windowed, ["context_embedding"])
+    store.index_episodes(
+        [(episode, turn_documents(episode, turns[episode.pk])) for episode in episodes],
+        new=[pk for pk in turns if pk not in unread],
+    )
+    # Only clear the mark if nothing changed since we read the episode; otherwise the newer
+    # write has queued (or will need) its own indexing.
+    unchanged = functools.reduce(operator.or_, (Q(pk=e.pk, version=e.version) for e in episodes))
+    Episode.objects.for_tenant(tenant_id).filter(unchanged).update(needs_reindex=False)
+    return len(episodes)
+
+
+def _embed_missing(embedder: Embedder, episodes: list[Episode], turns: Mapping[int, list[Turn]]) -> None:
+    """Embed the turns without a vector, and refresh their episodes' centroids."""
+    todo = [t for episode in episodes for t in turns[episode.pk] if t.embedding is None]
+    if not todo:
+        return
+    vectors = embedder.embed([t.text for t in todo])
+    for turn, vector in zip(todo, vectors, strict=True):
+        turn.embedding = vector
+    Turn.objects.bulk_update(todo, ["embedding"])
+    touched = {t.episode_id for t in todo}
+    changed = [episode for episode in episodes if episode.pk in touched]
+    for episode in changed:
+        episode.embedding = centroid([t.embedding for t in turns[episode.pk] if t.embedding is not None])
+    Episode.objects.bulk_update(changed, ["embedding"])
 
 
 #: How many neighbours on each side a turn's window embedding reads (``Turn.context_embedding``):
 #: two, where full text reads one (docs/decisions/0026: a wider window helps the vector list, and
 #: blurs the text list).
 CONTEXT_REACH = 2
+
+
+def window_vector(
+    vectors: Sequence[np.ndarray | None], weights: Sequence[int], i: int, reach: int = CONTEXT_REACH
+) -> np.ndarray | None:
+    """The derived window vector of the ``i``-th of an episode's turns (``Turn.context_embedding``
+    with ``MEMORY["WINDOW_VECTORS"] = "derived"``): the vectors of the turn and its ``reach``
+    neighbours on each side, each times its weight (the length of its text: ``window_weight``),
+    summed and normalised; None while one of them has no vector.
+
+    The model's embedding of the window's text is the mean of its tokens' states, to which each
+    turn gives about in proportion to its length; what it lacks is how the turns' words read in
+    each other's company (cosine about 0.9 to the embedded window). In exchange the window's text,
+    five turns long, never goes through the model
+    (docs/decisions/0055-ingest-at-the-embedders-speed.md)."""
+    window = range(max(0, i - reach), min(len(vectors), i + reach + 1))
+    total: np.ndarray | None = None
+    for j in window:
+        vector = vectors[j]
+        if vector is None:
+            return None
+        weighted = np.asarray(vector, dtype=np.float32) * float(weights[j])
+        total = weighted if total is None else total + weighted
+    return None if total is None else _normalise(total)
+
+
+def window_weight(text: str) -> int:
+    """How much of a window's embedding a turn of this text makes (``window_vector``): its length."""
+    return max(1, len(text))
+
+
+#: How window vectors are made (``MEMORY["WINDOW_VECTORS"]``): the window's text through the
+#: embedder when the episode is indexed, or from the turns' own vectors (``window_vector``).
+EMBEDDED, DERIVED = "embedded", "derived"
+
+
+def set_windows(turns: Sequence[Turn], positions: Iterable[int]) -> None:
+    """At ingest, the window vectors of the turns at ``positions`` among an episode's turns (in
+    order), whose window the new turns make or change: derived at once, or left NULL for indexing
+    to embed (``fill_windows``), after the commit, so no model runs while the scope is locked."""
+    if memory_settings.WINDOW_VECTORS != DERIVED:
+        for i in positions:
+            turns[i].context_embedding = None
+        return
+    vectors = [t.embedding for t in turns]
+    weights = [window_weight(t.text) for t in turns]
+    for i in positions:
+        turns[i].context_embedding = window_vector(vectors, weights, i)
+
+
+def fill_windows(embedder: Embedder, episodes: Sequence[Sequence[Turn]]) -> list[Turn]:
+    """Make the window vectors missing among the turns of ``episodes`` (each its turns in order):
+    the windows' texts in one call of the embedder, or derived (``MEMORY["WINDOW_VECTORS"]``).
+    Returns the turns given one, for the caller to save."""
+    stale = [
+        (turns, i)
+        for turns in episodes
+        for i, turn in enumerate(turns)
+        if turn.context_embedding is None and turn.embedding is not None
+    ]
+    if not stale:
+        return []
+    if memory_settings.WINDOW_VECTORS == DERIVED:
+        for turns in episodes:
+            set_windows(turns, [i for owner, i in stale if owner is turns])
+    else:
+        texts = [window_text(turns, i, reach=CONTEXT_REACH) for turns, i in stale]
+        for (turns, i), vector in zip(stale, embedder.embed(texts), strict=True):
+            turns[i].context_embedding = vector
+    return [turns[i] for turns, i in stale if turns[i].context_embedding is not None]
 
 
 def window_text(turns: Sequence[Turn], i: int, *, indexed: bool = False, reach: int = 1) -> str:
@@ -79,14 +193,12 @@ def window_text(turns: Sequence[Turn], i: int, *, indexed: bool = False, reach: 
 
 def turn_documents(episode: Episode, turns: list[Turn]) -> list[TurnDoc]:
     """The hot documents of an episode's turns: window text, and the turn's own embedding
-    blended with the embedding of its window (computed once, stored, refreshed when stale)."""
+    blended with its window vector (``window_vector``: made once, stored, made again when stale)."""
     embedder = embedder_for(episode.tenant)
-    stale = [i for i, t in enumerate(turns) if t.context_embedding is None and t.embedding is not None]
-    if stale and embedder.computes:
-        vectors = embedder.embed([window_text(turns, i, reach=CONTEXT_REACH) for i in stale])
-        for i, vector in zip(stale, vectors, strict=True):
-            turns[i].context_embedding = vector
-        Turn.objects.bulk_update([turns[i] for i in stale], ["context_embedding"])
+    if embedder.computes:
+        filled = fill_windows(embedder, [turns])
+        if filled:
+            Turn.objects.bulk_update(filled, ["context_embedding"])
     docs = []
     for i, turn in enumerate(turns):
         if turn.embedding is None:
@@ -102,23 +214,6 @@ def turn_documents(episode: Episode, turns: list[Turn]) -> list[TurnDoc]:
                     vector += 0.5 * np.asarray(turns[j].embedding, dtype=np.float32)
         docs.append(TurnDoc(turn=turn, text=window_text(turns, i, indexed=True), vector=_normalise(vector)))
     return docs
-
-
-def embed_turns(episode: Episode, turns: list[Turn], *, only_missing: bool = True) -> None:
-    """Embed an episode's turns (those still without a vector, or all of them) and refresh its
-    centroid. Async ingest indexes with it; unpacking re-embeds everything with it."""
-    todo = [t for t in turns if t.embedding is None] if only_missing else list(turns)
-    if not todo:
-        return
-    embedder = embedder_for(episode.tenant)
-    if not embedder.computes:
-        return  # provided vectors: nothing to compute; such turns stay out of the vector index
-    vectors = embedder.embed([t.text for t in todo])
-    for turn, vector in zip(todo, vectors, strict=True):
-        turn.embedding = vector
-    Turn.objects.bulk_update(todo, ["embedding"])
-    episode.embedding = centroid([t.embedding for t in turns if t.embedding is not None])
-    Episode.objects.for_tenant(episode.tenant_id).filter(pk=episode.pk).update(embedding=episode.embedding)
 
 
 def hot_remove(episode: Episode) -> bool:

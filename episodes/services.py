@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,7 +21,7 @@ from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
 
 from .extraction import extract_decisions, extract_entities
-from .indexing import CONTEXT_REACH, _normalise, episodes_index_hot
+from .indexing import CONTEXT_REACH, _normalise, episodes_index_hot, set_windows
 from .language import has_han, index_text, language_of
 from .models import (
     MENTIONED_LIMIT,
@@ -39,6 +39,7 @@ from .models import (
 from .scope import Scope
 from .segmentation import OpenEpisode, SegmentationRules, starts_new_episode
 from .stores.hot import HotUnavailable, unavailable_reason
+from .stores.turn_copy import turns_copy
 from .when import mention_text, mentioned
 
 logger = logging.getLogger(__name__)
@@ -136,7 +137,12 @@ def turns_ingest(
 
     ``rules`` are the tenant's segmentation rules (its policy's, read by the caller); ``make_room``
     keeps the tenant within its hot quota (the lifecycle's), called with the episodes written once
-    they are durable and before they are indexed."""
+    they are durable and before they are indexed.
+
+    The turns' texts go through the embedder in one call, before the transaction; their window
+    vectors are derived here or embedded when they are indexed (``indexing.set_windows``). The
+    batch is written in a fixed number of statements, whatever its size: its new episodes, links
+    and turns each in one (``_write_batch``)."""
     refuse_forgotten(tenant, (t.scope.user_id for t in turns))
     vectors: list[np.ndarray | None] = [t.vector for t in turns]
     missing = [i for i, v in enumerate(vectors) if v is None]
@@ -158,33 +164,42 @@ def turns_ingest(
     for i, turn in enumerate(turns):
         by_scope.setdefault(turn.scope, []).append(i)
 
-    result_turns: list[IngestedTurn | None] = [None] * len(turns)
-    touched: dict[int, Episode] = {}
     with transaction.atomic():
-        turn_objs: list[tuple[int, Turn]] = []
+        batch = _Batch(now=now)
         for scope, indices in by_scope.items():
             _lock_scope(tenant, scope)
-            _ingest_scope(tenant, scope, indices, turns, vectors, now, rules, touched, turn_objs)
-        created = Turn.objects.bulk_create([t for _, t in turn_objs])
-        for (i, _), row in zip(turn_objs, created, strict=True):
-            result_turns[i] = IngestedTurn(
-                turn_id=row.pk,
-                episode_id=row.episode_id,
-                seq=row.seq,
-                public_id=row.public_id,
-                episode_public_id=touched[row.episode_id].public_id,
-            )
-        _refresh_episodes(touched.values(), [t for _, t in turn_objs])
-        episode_ids = list(touched)
+            _place_scope(tenant, scope, indices, turns, vectors, rules, batch)
+        _write_batch(tenant, batch, windows=embedder.computes)
+        made = sorted(batch.placed, key=lambda placed: placed[0])
+        episode_ids = list(dict.fromkeys(into.episode.pk for into in batch.intos))
+        opened = {into.episode.pk: into.turns for into in batch.intos if into.opened}
         result = IngestResult(
-            turns=[t for t in result_turns if t is not None], episode_ids=episode_ids, unembedded=unembedded
+            turns=[
+                IngestedTurn(
+                    turn_id=row.pk,
+                    episode_id=row.episode_id,
+                    seq=row.seq,
+                    public_id=row.public_id,
+                    episode_public_id=into.episode.public_id,
+                )
+                for _, row, into in made
+            ],
+            episode_ids=episode_ids,
+            unembedded=unembedded,
         )
-        transaction.on_commit(lambda: _after_write(tenant, episode_ids, result, make_room, asynchronous))
+        transaction.on_commit(
+            lambda: _after_write(tenant, episode_ids, result, make_room, asynchronous, opened)
+        )
     return result
 
 
 def _after_write(
-    tenant: Tenant, episode_ids: list[int], result: IngestResult, make_room: MakeRoom | None, queue: bool
+    tenant: Tenant,
+    episode_ids: list[int],
+    result: IngestResult,
+    make_room: MakeRoom | None,
+    queue: bool,
+    opened: Mapping[int, list[Turn]] | None = None,
 ) -> None:
     if make_room is not None:
         try:
@@ -196,20 +211,47 @@ def _after_write(
     if queue:
         _enqueue_index(tenant, episode_ids, result)
     else:
-        _index_now(tenant, episode_ids, result)
+        _index_now(tenant, episode_ids, result, opened or {})
 
 
-def _ingest_scope(
+@dataclass(eq=False)
+class _Into:
+    """An episode a batch writes turns into: its scope's open episode, or one the batch opens."""
+
+    episode: Episode
+    opened: bool
+    turns: list[Turn] = field(default_factory=list)
+    #: The running sum of its turns' vectors (its centroid, unnormalised).
+    centroid_sum: np.ndarray | None = None
+    #: The open episode's last turns before the batch, oldest first: the new turns' windows read
+    #: them, and the windows of the last ``CONTEXT_REACH`` of them now reach the new turns.
+    tail: list[Turn] = field(default_factory=list)
+
+
+@dataclass
+class _Batch:
+    """What one ingest writes, planned in memory before any of it is sent."""
+
+    now: datetime
+    intos: list[_Into] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    #: Episodes already stored that a new episode of the batch continues.
+    continued: list[Episode] = field(default_factory=list)
+    #: (position in the request, turn, the episode it goes into).
+    placed: list[tuple[int, Turn, _Into]] = field(default_factory=list)
+
+
+def _place_scope(
     tenant: Tenant,
     scope: Scope,
     indices: list[int],
     turns: Sequence[TurnInput],
     vectors: list[np.ndarray | None],
-    now: datetime,
     rules: SegmentationRules,
-    touched: dict[int, Episode],
-    turn_objs: list[tuple[int, Turn]],
+    batch: _Batch,
 ) -> None:
+    """Segment one scope's turns (``segmentation``) into its open episode and new ones."""
+    now = batch.now
     latest = (
         Episode.objects.select_for_update()
         .filter(
@@ -225,21 +267,15 @@ def _ingest_scope(
     # A pinned episode takes no more turns: what is pinned keeps the weight it was checked at
     # (docs/decisions/0038-pinned-memories-within-the-hot-quota.md); the session goes on in a new
     # episode that continues it.
-    open_episode = latest if latest is not None and not latest.anchor else None
+    into: _Into | None = None
     state: OpenEpisode | None = None
-    if open_episode is not None:
+    if latest is not None and not latest.anchor:
         centroid = None
-        if open_episode.embedding is not None:
-            centroid = np.asarray(open_episode.embedding, dtype=np.float32) * max(1, open_episode.turn_count)
-        state = OpenEpisode(open_episode.turn_count, open_episode.last_occurred_at, centroid)
-        open_episode._new_texts = []  # type: ignore[attr-defined]
-        # Its last turns are about to get a next neighbour: their window embeddings are stale.
-        last = (
-            Turn.objects.filter(episode=open_episode)
-            .order_by("-seq", "-id")
-            .values_list("pk", flat=True)[:CONTEXT_REACH]
-        )
-        Turn.objects.filter(tenant=tenant, pk__in=list(last)).update(context_embedding=None)
+        if latest.embedding is not None:
+            centroid = np.asarray(latest.embedding, dtype=np.float32) * max(1, latest.turn_count)
+        state = OpenEpisode(latest.turn_count, latest.last_occurred_at, centroid)
+        into = _Into(latest, opened=False, centroid_sum=centroid)
+    continuing = into
     last_seq = Turn.objects.filter(tenant=tenant, **scope.owner_fields()).aggregate(m=Max("seq"))["m"] or 0
     previous: Episode | None = latest
     for i in indices:
@@ -249,7 +285,7 @@ def _ingest_scope(
         if starts_new_episode(
             state, occurred_at=occurred_at, vector=vector, boundary=turn.episode_boundary, rules=rules
         ):
-            episode = Episode.objects.create(
+            episode = Episode(
                 tenant=tenant,
                 **scope.owner_fields(),
                 kind="conversation",
@@ -259,52 +295,129 @@ def _ingest_scope(
                 last_accessed_at=now,
                 needs_reindex=True,
             )
-            episode._new_texts = []  # type: ignore[attr-defined]
             if previous is not None:
-                Link.objects.get_or_create(
-                    tenant=tenant,
-                    src=episode,
-                    dst=previous,
-                    kind=LinkKind.CONTINUES,
-                    defaults={"created_at": now},
+                batch.links.append(
+                    Link(tenant=tenant, src=episode, dst=previous, kind=LinkKind.CONTINUES, created_at=now)
                 )
                 episode.last_linked_at = now
-                Episode.objects.for_tenant(previous.tenant_id).filter(pk=previous.pk).update(
-                    last_linked_at=now
-                )
                 previous.last_linked_at = now
+                if previous is latest:
+                    batch.continued.append(latest)
             previous = episode
             state = OpenEpisode(0, occurred_at, None)
-            open_episode = episode
-        assert open_episode is not None and state is not None
-        touched[open_episode.pk] = open_episode
+            into = _Into(episode, opened=True)
+        assert into is not None and state is not None
+        if not into.turns:
+            batch.intos.append(into)
         last_seq += 1
-        turn_objs.append(
-            (
-                i,
-                Turn(
-                    tenant=tenant,
-                    episode=open_episode,
-                    **scope.owner_fields(),
-                    seq=last_seq,
-                    role=turn.role,
-                    text=turn.text,
-                    language=language_of(turn.text, given=turn.language),
-                    index_text=_index_text(turn.text),
-                    occurred_at=occurred_at,
-                    ingested_at=now,
-                    metadata=turn.metadata,
-                    mentioned=_mentioned(turn.text, occurred_at),
-                    embedding=vector,
-                ),
-            )
+        row = Turn(
+            tenant=tenant,
+            episode=into.episode,
+            **scope.owner_fields(),
+            seq=last_seq,
+            role=turn.role,
+            text=turn.text,
+            language=language_of(turn.text, given=turn.language),
+            index_text=_index_text(turn.text),
+            occurred_at=occurred_at,
+            ingested_at=now,
+            metadata=turn.metadata,
+            mentioned=_mentioned(turn.text, occurred_at),
+            embedding=vector,
         )
-        open_episode._new_texts.append(turn.text)  # type: ignore[attr-defined]
+        into.turns.append(row)
+        batch.placed.append((i, row, into))
         state.turn_count += 1
         state.last_occurred_at = max(state.last_occurred_at, occurred_at)
         if vector is not None:
             state.centroid_sum = vector.copy() if state.centroid_sum is None else state.centroid_sum + vector
-        open_episode._centroid_sum = state.centroid_sum  # type: ignore[attr-defined]
+        into.centroid_sum = state.centroid_sum
+    if continuing is not None and continuing.turns:
+        # Its last turns, for the windows (one statement, through the turn_episode_seq index).
+        tail = (
+            Turn.objects.filter(tenant=tenant, episode=continuing.episode)
+            .order_by("-seq", "-id")
+            .only("pk", "tenant_id", "text", "embedding", "context_embedding")[: 2 * CONTEXT_REACH]
+        )
+        continuing.tail = list(reversed(tail))
+
+
+#: The aggregates of an episode its new turns change (``_fold``).
+_FOLDED = (
+    "turn_count",
+    "first_occurred_at",
+    "last_occurred_at",
+    "embedding",
+    "entities",
+    "decisions",
+    "mentioned",
+    "raw_chars",
+    "hot_bytes",
+    "search_text",
+    "needs_reindex",
+    "last_linked_at",
+)
+
+
+def _write_batch(tenant: Tenant, batch: _Batch, *, windows: bool) -> None:
+    """The batch's rows: one insert each for its new episodes, links and turns; an update for each
+    stored episode it adds turns to or continues, and one for the window vectors its new turns
+    change. ``windows``: the tenant's embedder computes vectors (a caller's own vectors get no
+    window vector: ``indexing.turn_documents`` blends their neighbours when it indexes them)."""
+    for into in batch.intos:
+        _fold(into)
+    Episode.objects.bulk_create([into.episode for into in batch.intos if into.opened])
+    Link.objects.bulk_create(batch.links)  # their episodes have their keys now
+    changed: list[Turn] = []
+    if windows:
+        for into in batch.intos:
+            changed += _place_windows(into)
+    rows = []
+    for into in batch.intos:
+        for row in into.turns:
+            row.episode_id = into.episode.pk
+            rows.append(row)
+    turns_copy(rows)
+    if changed:
+        Turn.objects.bulk_update(changed, ["context_embedding"])
+    stored = [into.episode for into in batch.intos if not into.opened]
+    for episode in stored:
+        Episode.objects.for_tenant(tenant).filter(pk=episode.pk).update(
+            **{name: getattr(episode, name) for name in _FOLDED}, version=F("version") + 1
+        )
+    for episode in batch.continued:
+        if episode not in stored:
+            Episode.objects.for_tenant(tenant).filter(pk=episode.pk).update(last_linked_at=batch.now)
+
+
+def _place_windows(into: _Into) -> list[Turn]:
+    """Set the window vectors of the episode's new turns (``indexing.set_windows``); returns its
+    stored turns whose window now reaches a new turn, with their window set again. A window left
+    NULL (embedded when indexed, or with a turn not embedded yet) is made by indexing."""
+    turns = [*into.tail, *into.turns]
+    first = max(0, len(into.tail) - CONTEXT_REACH)
+    set_windows(turns, range(first, len(turns)))
+    return into.tail[first:]
+
+
+def _fold(into: _Into) -> None:
+    """Fold the new turns into their episode's aggregates (counts, times, centroid, entities, the
+    days they mention): ``_FOLDED``."""
+    episode, added = into.episode, into.turns
+    texts = [t.text for t in added]
+    joined = "\n".join(texts)
+    episode.turn_count += len(added)
+    episode.first_occurred_at = min([episode.first_occurred_at] + [t.occurred_at for t in added])
+    episode.last_occurred_at = max([episode.last_occurred_at] + [t.occurred_at for t in added])
+    if into.centroid_sum is not None:
+        episode.embedding = _normalise(np.asarray(into.centroid_sum, dtype=np.float32))
+    episode.entities = _merge(episode.entities, extract_entities(joined), 200)
+    episode.decisions = _merge(episode.decisions, extract_decisions(joined), 50)
+    episode.mentioned = _merge(episode.mentioned, [d for t in added for d in t.mentioned], MENTIONED_LIMIT)
+    episode.raw_chars += sum(len(t) for t in texts)
+    episode.hot_bytes += sum(turn_hot_bytes(t) for t in texts)
+    episode.search_text = (episode.search_text + "\n" + index_text(joined)).strip()[:SEARCH_TEXT_LIMIT]
+    episode.needs_reindex = True
 
 
 def _index_text(text: str) -> str | None:
@@ -322,52 +435,6 @@ def _title(text: str) -> str:
     return line if len(line) <= 80 else line[:79].rsplit(" ", 1)[0] + "…"
 
 
-def _refresh_episodes(episodes: Iterable[Episode], new_turns: Sequence[Turn]) -> None:
-    """Fold the new turns into each episode's aggregates (counts, times, centroid, entities, the
-    days they mention)."""
-    per_episode: dict[int, list[Turn]] = {}
-    for turn in new_turns:
-        per_episode.setdefault(turn.episode_id, []).append(turn)
-    for episode in episodes:
-        added = per_episode.get(episode.pk, [])
-        texts = [t.text for t in added]
-        joined = "\n".join(texts)
-        episode.turn_count += len(added)
-        episode.first_occurred_at = min([episode.first_occurred_at] + [t.occurred_at for t in added])
-        episode.last_occurred_at = max([episode.last_occurred_at] + [t.occurred_at for t in added])
-        centroid = getattr(episode, "_centroid_sum", None)
-        if centroid is not None:
-            episode.embedding = _normalise(np.asarray(centroid, dtype=np.float32))
-        episode.entities = _merge(episode.entities, extract_entities(joined), 200)
-        episode.decisions = _merge(episode.decisions, extract_decisions(joined), 50)
-        episode.mentioned = _merge(
-            episode.mentioned, [d for t in added for d in t.mentioned], MENTIONED_LIMIT
-        )
-        episode.raw_chars += sum(len(t) for t in texts)
-        episode.hot_bytes += sum(turn_hot_bytes(t) for t in texts)
-        episode.search_text = (episode.search_text + "\n" + index_text(joined)).strip()[:SEARCH_TEXT_LIMIT]
-        episode.needs_reindex = True
-        episode.version = F("version") + 1  # type: ignore[assignment]
-        episode.save(
-            update_fields=[
-                "turn_count",
-                "first_occurred_at",
-                "last_occurred_at",
-                "embedding",
-                "entities",
-                "decisions",
-                "mentioned",
-                "raw_chars",
-                "hot_bytes",
-                "search_text",
-                "needs_reindex",
-                "version",
-                "last_linked_at",
-            ]
-        )
-        episode.refresh_from_db(fields=["version"])
-
-
 def _merge(old: list[str], new: list[str], limit: int) -> list[str]:
     seen = {x.lower() for x in old}
     out = list(old)
@@ -378,13 +445,15 @@ def _merge(old: list[str], new: list[str], limit: int) -> list[str]:
     return out[:limit]
 
 
-def _index_now(tenant: Tenant, episode_ids: list[int], result: IngestResult) -> None:
+def _index_now(
+    tenant: Tenant, episode_ids: list[int], result: IngestResult, opened: Mapping[int, list[Turn]]
+) -> None:
     if result.unembedded:
         # Indexing would ask the embedder again, which just failed: the repair task does it.
         result.reason = f"{result.unembedded}; {_LATER_EMBEDDED}"
         return
     try:
-        episodes_index_hot(tenant.pk, episode_ids)
+        episodes_index_hot(tenant.pk, episode_ids, written=opened)
         result.indexed = True
     except HotUnavailable as exc:
         # The write is durable; the episodes keep needs_reindex=True, search finds them in Postgres

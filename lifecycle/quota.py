@@ -106,13 +106,19 @@ def pin_check(*, tenant: Tenant, adding: int, policy: Policy | None = None) -> N
 
 
 def make_room(
-    *, tenant: Tenant, now: datetime, arriving: Iterable[int] = (), actor: str = "quota"
+    *,
+    tenant: Tenant,
+    now: datetime,
+    arriving: Iterable[int] = (),
+    actor: str = "quota",
+    policy: Policy | None = None,
 ) -> list[int]:
     """Bring the tenant's hot tier back within its quota; returns the episodes sent to warm.
 
     ``arriving`` are the episodes the caller just wrote: they are the most recently used, so they
-    leave only when everything older has left and the tenant is still over."""
-    policy = read_policy(tenant)
+    leave only when everything older has left and the tenant is still over. ``policy``: the
+    tenant's, when the caller has read it already."""
+    policy = policy or read_policy(tenant)
     quota = int(policy.hot_quota_bytes)
     total = hot_bytes(tenant)
     if total <= quota:

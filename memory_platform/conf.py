@@ -16,6 +16,11 @@ DEFAULTS: dict[str, Any] = {
     "EMBEDDER": "local",
     "EMBEDDING_DIM": 384,
     "EMBED_BATCH_SIZE": 64,
+    # a turn's window vector (the turn with two neighbours on each side): "embedded", the window's
+    # text through the embedder (five turns of text for each turn's one); "derived", made from the
+    # turns' own vectors, so each text goes through the embedder once
+    # (docs/decisions/0055-ingest-at-the-embedders-speed.md)
+    "WINDOW_VECTORS": "embedded",
     # the `openai` embedder (any OpenAI-compatible /embeddings server; its URL, model, key and
     # dimension are the tenant's): seconds per request, and how often a request that can succeed
     # later (unreachable, timed out, 429, 5xx) is tried again, after 0.5 s, 1 s, ...

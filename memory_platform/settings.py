@@ -353,6 +353,13 @@ def _hot_algorithm(name: str) -> str:
     return value
 
 
+def _window_vectors(name: str) -> str:
+    value = env.str(name).strip().lower()
+    if value not in {"embedded", "derived"}:
+        raise ImproperlyConfigured(f"{name}={value!r} must be embedded or derived")
+    return value
+
+
 def _at_least(minimum: int) -> Callable[[str], int]:
     """A reader of a whole number of at least ``minimum``, for a variable that is set (its
     default is ``memory_platform.conf``'s, written there once)."""
@@ -381,6 +388,7 @@ def _networks(name: str) -> tuple[str, ...]:
 _MEMORY_FROM_ENV = {
     "EMBEDDER": ("MEMORY_EMBEDDER", lambda name: env.str(name).strip()),
     "EMBED_BATCH_SIZE": ("MEMORY_EMBED_BATCH_SIZE", _at_least(1)),
+    "WINDOW_VECTORS": ("MEMORY_WINDOW_VECTORS", _window_vectors),
     "OPENAI_EMBED_TIMEOUT": ("MEMORY_OPENAI_EMBED_TIMEOUT", _float),
     "OPENAI_EMBED_RETRIES": ("MEMORY_OPENAI_EMBED_RETRIES", _at_least(0)),
     "HOT_INDEX_ALGORITHM": ("MEMORY_HOT_INDEX_ALGORITHM", _hot_algorithm),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,21 +264,35 @@ class HotStore:
 
     # --- writes ------------------------------------------------------------------------------------
     def index_episode(self, episode: Any, docs: Iterable[TurnDoc]) -> int:
-        """Write the episode document and its turn documents, those whose content changed (a new
-        turn, the one before it whose window now reads it, a retag): each document carries a
+        """``index_episodes`` for one episode."""
+        return self.index_episodes([(episode, docs)])
+
+    def index_episodes(
+        self, episodes: Iterable[tuple[Any, Iterable[TurnDoc]]], *, new: Collection[int] = ()
+    ) -> int:
+        """Write each episode's document and its turn documents, those whose content changed (a
+        new turn, the one before it whose window now reads it, a retag): each document carries a
         signature of what it holds (``hot_documents``). Rewriting one leaves a dead copy that BM25
         counts until it is collected (``GC_SETTINGS``), so a turn arriving in a long session does
-        not rewrite the whole session. Returns the documents written."""
-        self.ensure_index(episode.tenant_id.hex)
-        wanted = episode_documents(episode, docs)
-        pipe = self.client.pipeline(transaction=False)
-        for key in wanted:
-            pipe.hget(key, SIGNATURE)
-        held = pipe.execute()
+        not rewrite the whole session. ``new``: episodes just created, which have no documents to
+        compare with. Two round trips at most, however many episodes. Returns the documents
+        written."""
+        wanted: dict[str, dict[str, Any]] = {}
+        fresh: dict[str, dict[str, Any]] = {}
+        for episode, docs in episodes:
+            self.ensure_index(episode.tenant_id.hex)
+            (fresh if episode.pk in new else wanted).update(episode_documents(episode, docs))
+        held: dict[str, Any] = {}
+        if wanted:
+            pipe = self.client.pipeline(transaction=False)
+            for key in wanted:
+                pipe.hget(key, SIGNATURE)
+            held = dict(zip(wanted, pipe.execute(), strict=True))
         pipe = self.client.pipeline(transaction=False)
         written = 0
-        for (key, mapping), signed in zip(wanted.items(), held, strict=True):
+        for key, mapping in {**wanted, **fresh}.items():
             signature = signature_of(mapping)
+            signed = held.get(key)
             if signed is not None and hot_replies.text(signed) == signature:
                 continue
             pipe.hset(key, mapping={**mapping, SIGNATURE: signature})  # type: ignore[arg-type,dict-item]
