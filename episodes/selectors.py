@@ -22,6 +22,13 @@ def episodes_for(tenant: Tenant, scope: Scope | None = None) -> QuerySet[Episode
     return Episode.objects.for_tenant(tenant).filter((scope or Scope()).q())
 
 
+def index_backlog(*, tenant: Tenant) -> int:
+    """How many of the tenant's episodes wait for a worker to bring their hot index entries up to
+    date (written with ``async``, or missed while Redis was down): one count on the partial index
+    ``episode_needs_reindex``."""
+    return Episode.objects.for_tenant(tenant).filter(needs_reindex=True).count()
+
+
 def named_q(references: Sequence[public_ids.Reference]) -> Q:
     """What selects the episodes ``references`` name: public ids and (transition) old integer ids."""
     public = [r for r in references if isinstance(r, str)]

@@ -47,8 +47,9 @@ from . import records
 from .reading import EpisodeIn, ExportIn
 from .records import FormatError
 
-#: Called with (episodes done, episodes in the import) after each batch.
-Progress = Callable[[int, int], None]
+#: Called after each batch with (done, in the import, what they are: "episodes", "memories" or
+#: "turns").
+Progress = Callable[[int, int, str], None]
 BATCH = 100
 
 
@@ -157,7 +158,7 @@ def import_export(
             # They keep needs_reindex: the repair task indexes them (search reads Postgres meanwhile).
             report.note(f"hot index: {exc}; the repair task indexes the rest")
         if progress is not None:
-            progress(min(start + BATCH, len(episodes)), len(episodes))
+            progress(min(start + BATCH, len(episodes)), len(episodes), "episodes")
 
     _write_links(tenant, data.links, now, report)
     _write_journal(tenant, data.journal, report)

@@ -198,7 +198,7 @@ def _import_memories(
             report.episodes["created"] += 1
             report.turns["created"] += 1
         if progress is not None and (done % 100 == 0 or done == len(memories)):
-            progress(done, len(memories))
+            progress(done, len(memories), "memories")
     if report.episodes["skipped"]:
         report.note(f"{report.episodes['skipped']} memories of users erased from this tenant left out")
     return report
@@ -289,5 +289,5 @@ def _import_turns(
             report.turns["created"] += len(result.turns)
             report.episodes["written"] += len(result.episode_ids)
         if progress is not None:
-            progress(min(start + size, len(turns)), len(turns))
+            progress(min(start + size, len(turns)), len(turns), "turns")
     return report

@@ -39,6 +39,13 @@ class TurnsWritten(TypedDict):
     searchable: Annotated[bool, Doc("indexed: a search now finds them")]
     queued: Annotated[bool, Doc("written, to be indexed in the background (async)")]
     reason: Annotated[str | None, Doc("why they are not searchable yet")]
+    pending: Annotated[
+        int | None,
+        Doc(
+            "queued: the tenant's memories still waiting for a worker to index them, these included "
+            "(how far the background indexing is behind); null when the turns were indexed at once"
+        ),
+    ]
 
 
 class Pinned(TypedDict):

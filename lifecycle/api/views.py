@@ -160,6 +160,7 @@ class TurnsView(TenantAPIView):
             "searchable": result.indexed,
             "queued": result.queued,
             "reason": result.reason or None,
+            "pending": episode_selectors.index_backlog(tenant=self.tenant) if result.queued else None,
         }
         return Response(written, status=status.HTTP_201_CREATED)
 

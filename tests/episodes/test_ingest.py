@@ -146,11 +146,20 @@ def test_async_ingest_is_durable_and_the_task_indexes(caller):
         "/api/v1/turns", {"async": True, "turns": [{"role": "user", "text": "queued text"}]}
     ).json()
     episode_id = pk(body["episode_ids"][0])
+    assert body["queued"] and body["pending"] == 1  # the worker's backlog, this memory included
     assert Turn.objects.across_tenants("test").filter(public_id=body["turns"][0]["id"]).exists()
     assert hot_store().episode_ids(caller.tenant.id.hex) == set()
+    other = caller.post(
+        "/api/v1/turns",
+        {"async": True, "session_id": "other", "turns": [{"role": "user", "text": "more queued text"}]},
+    ).json()
+    assert other["pending"] == 2
     index_episodes([episode_id], tenant_id=str(caller.tenant.id))  # what the worker runs
     assert hot_store().episode_ids(caller.tenant.id.hex) == {episode_id}
-    assert Turn.objects.across_tenants("test").get(public_id=body["turns"][0]["id"]).embedding is not None
+    turn = Turn.objects.across_tenants("test").get(public_id=body["turns"][0]["id"])
+    assert turn.embedding is not None and turn.context_embedding is not None
+    synchronous = caller.post("/api/v1/turns", {"turns": [{"role": "user", "text": "at once"}]}).json()
+    assert synchronous["searchable"] and synchronous["pending"] is None
 
 
 def test_redis_down_during_ingest_still_201_and_rebuild_hot_restores(provided):

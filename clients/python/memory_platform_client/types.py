@@ -27,6 +27,7 @@ class TurnsWrittenJson(TypedDict):
     searchable: bool
     queued: bool
     reason: str | None
+    pending: int | None
 
 
 class MemoryScopeJson(TypedDict):
@@ -381,6 +382,8 @@ class TurnsWritten:
     searchable: bool
     queued: bool
     reason: str | None
+    #: Queued: the tenant's memories still waiting for a worker to index them.
+    pending: int | None
     raw: TurnsWrittenJson = field(repr=False)
 
     @classmethod
@@ -391,6 +394,7 @@ class TurnsWritten:
             searchable=body["searchable"],
             queued=body["queued"],
             reason=body["reason"],
+            pending=body.get("pending"),
             raw=body,
         )
 

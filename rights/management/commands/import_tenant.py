@@ -2,6 +2,7 @@
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -33,8 +34,11 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot read {opts['file']}: {exc}") from exc
 
-        def progress(done: int, total: int) -> None:
-            self.stderr.write(f"\r{done}/{total} episodes", ending="")
+        started = time.monotonic()
+
+        def progress(done: int, total: int, what: str) -> None:
+            rate = done / max(time.monotonic() - started, 1e-9)
+            self.stderr.write(f"\r{done}/{total} {what}, {rate:,.0f} {what}/s", ending="")
 
         try:
             report = import_body(
