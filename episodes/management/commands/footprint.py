@@ -35,8 +35,9 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"  {layer:<6}{part.episodes:>10}{part.turns:>10}{part.postgres_bytes_per_episode:>20,}"
                 )
+            over = f"{m.redis_over_quota}x" if m.redis_over_quota is not None else "nothing hot for"
             self.stdout.write(
                 f"  Redis: {m.redis_bytes:,} bytes ({m.redis_documents_bytes:,} in {m.redis_keys} documents, "
                 f"{m.redis_index_bytes:,} index): {m.redis_bytes_per_hot_episode:,} a hot episode; "
-                f"{m.redis_over_quota}x what the hot quota counts ({m.quota_bytes:,} bytes)"
+                f"{over} what the hot quota counts ({m.quota_bytes:,} bytes)"
             )
