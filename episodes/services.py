@@ -38,8 +38,8 @@ from .models import (
 )
 from .scope import Scope
 from .segmentation import OpenEpisode, SegmentationRules, starts_new_episode
+from .stores.bulk_copy import copy_rows
 from .stores.hot import HotUnavailable, unavailable_reason
-from .stores.turn_copy import turns_copy
 from .when import mention_text, mentioned
 
 logger = logging.getLogger(__name__)
@@ -366,7 +366,7 @@ def _write_batch(tenant: Tenant, batch: _Batch, *, windows: bool) -> None:
     window vector: ``indexing.turn_documents`` blends their neighbours when it indexes them)."""
     for into in batch.intos:
         _fold(into)
-    Episode.objects.bulk_create([into.episode for into in batch.intos if into.opened])
+    copy_rows([into.episode for into in batch.intos if into.opened])
     Link.objects.bulk_create(batch.links)  # their episodes have their keys now
     changed: list[Turn] = []
     if windows:
@@ -377,7 +377,7 @@ def _write_batch(tenant: Tenant, batch: _Batch, *, windows: bool) -> None:
         for row in into.turns:
             row.episode_id = into.episode.pk
             rows.append(row)
-    turns_copy(rows)
+    copy_rows(rows)
     if changed:
         Turn.objects.bulk_update(changed, ["context_embedding"])
     stored = [into.episode for into in batch.intos if not into.opened]
