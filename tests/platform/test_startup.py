@@ -20,12 +20,8 @@ HEAVY = ("torch", "sentence_transformers", "transformers", "tokenizers", "onnxru
 HASHING = "tests.hashing_embedder.HashingEmbedder"
 
 
-def test_setup_and_the_url_tree_import_no_model():
-    """What every ``manage.py`` command imports (django.setup, the admin) and what the web app does."""
-    code = (
-        "import django, sys; django.setup(); import memory_platform.urls, memory_platform.wsgi; "
-        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
-    )
+def fresh_python(code: str) -> str:
+    """What ``code`` prints in a new interpreter with the platform's settings (as ``manage.py``)."""
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
@@ -35,7 +31,16 @@ def test_setup_and_the_url_tree_import_no_model():
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    return out.stdout
+
+
+def test_setup_and_the_url_tree_import_no_model():
+    """What every ``manage.py`` command imports (django.setup, the admin) and what the web app does."""
+    code = (
+        "import django, sys; django.setup(); import memory_platform.urls, memory_platform.wsgi; "
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    assert fresh_python(code).strip() == "[]"
 
 
 def test_a_command_starts_without_the_console_which_the_web_app_imports_before_it_serves():
@@ -47,16 +52,7 @@ def test_a_command_starts_without_the_console_which_the_web_app_imports_before_i
         "print([m for m in mods if m in sys.modules]); import memory_platform.wsgi; "
         "print([m for m in mods if m not in sys.modules])"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=manage_py_environment(DJANGO_SETTINGS_MODULE="memory_platform.settings"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["[]", "[]"]
+    assert fresh_python(code).split() == ["[]", "[]"]
 
 
 @pytest.mark.django_db
