@@ -21,6 +21,10 @@ from typing import Any
 import numpy as np
 
 _INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
+#: Word pieces in one run of the model, padding included: the runs of about this size were the
+#: fastest on this machine, for short turns (32 of them) and five-turn windows (8) alike; a
+#: larger run no longer fits the CPU's caches (docs/decisions/0055-ingest-at-the-embedders-speed.md).
+TOKENS_PER_RUN = 1024
 OPSET = 17
 
 
@@ -106,17 +110,27 @@ class QueryEncoder:
     def encode_batch(self, texts: list[str], batch_size: int) -> np.ndarray:
         """``texts`` as a (len(texts), dim) float32 array, in their order. They run in batches of
         texts of about the same length (as sentence-transformers sorts them), so that little of a
-        batch is padding."""
+        batch is padding; a batch holds at most ``batch_size`` texts and about ``TOKENS_PER_RUN``
+        word pieces, padding included."""
         pieces = self.tokenizer.encode_batch(texts)
         order = sorted(range(len(texts)), key=lambda i: len(pieces[i].ids))
-        out: np.ndarray | None = None
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
+        out = np.zeros((len(texts), 0), dtype=np.float32)
+        start = 0
+        while start < len(order):
+            # Sorted by length: the batch's last text is its longest, and sets its padded width.
+            end = start + 1
+            while (
+                end < len(order)
+                and end - start < batch_size
+                and (end - start + 1) * len(pieces[order[end]].ids) <= TOKENS_PER_RUN
+            ):
+                end += 1
+            chunk = order[start:end]
             vectors = self._run([pieces[i] for i in chunk])
-            if out is None:
+            if out.shape[1] == 0:
                 out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
             out[chunk] = vectors
-        assert out is not None
+            start = end
         return out
 
     def _run(self, pieces: list[Any]) -> np.ndarray:
