@@ -12,8 +12,10 @@ entry with its reason. Anything left fails the run, with the test, the line of c
 A regular expression over the statement's text, its verdict cached per text: the code that
 explains an exception (which frames sent it) runs only for statements that fail it.
 
-Not seen: ``manage.py`` processes a test starts (their own interpreter), and what the embedded
-servers' management runs on its own connections (settings, no tenant tables).
+Not seen: ``manage.py`` processes a test starts (their own interpreter), the binary COPY of new
+episodes and turns (``episodes/stores/bulk_copy.py``: psycopg's ``copy``, whose rows each carry
+their ``tenant_id``), and what the embedded servers' management runs on its own connections
+(settings, no tenant tables).
 """
 
 from __future__ import annotations
