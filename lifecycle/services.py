@@ -94,7 +94,7 @@ def turns_ingest(
         turns=turns,
         now=now,
         rules=segmentation_rules(policy),
-        make_room=lambda ids: make_room(tenant=tenant, now=now, arriving=ids),
+        make_room=lambda ids: make_room(tenant=tenant, now=now, arriving=ids, policy=policy),
         asynchronous=asynchronous,
     )
     counters.add(tenant.pk, "turns_ingested", len(turns))
