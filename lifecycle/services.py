@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from django.db import transaction
-from django.db.models import Exists, F, Field, OuterRef
+from django.db.models import Exists, F, Field
 
 from episodes import services as episode_services
 from episodes.curation import episode_for_update
@@ -112,7 +112,9 @@ def tenant_embedder_settle(*, tenant: Tenant, policy: Policy) -> None:
         return
     # One statement, checked against what is committed: of two first ingests, one switches and
     # the other finds the switch made, and none switches a tenant whose memory is written.
-    empty = ~Exists(Episode.objects.filter(tenant_id=OuterRef("pk")))
+    # The tenant by value, not OuterRef("pk"): on Postgres distributed by tenant, the subquery
+    # then names the shard it reads (docs/operations/scale-out.md).
+    empty = ~Exists(Episode.objects.filter(tenant_id=tenant.pk))
     if Tenant.objects.filter(empty, pk=tenant.pk, embedder=tenant.embedder).update(embedder=chosen):
         tenant.embedder = chosen
     else:
