@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 from django.core.management.base import CommandError
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -18,3 +21,14 @@ def require_migrated() -> None:
             f"the database lacks {len(pending)} migration(s), starting with {first.app_label}.{first.name}: "
             "run `make run` once, or `.venv/bin/python manage.py migrate`"
         )
+
+
+@contextlib.contextmanager
+def interruptible(write: Callable[[str], object], what: str) -> Iterator[None]:
+    """Ctrl-C during a long command ends it with one line and exit code 130, not a traceback;
+    the command's own ``finally`` blocks (dropping the tenants it made) have run by then."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        write(f"interrupted: {what}")
+        raise SystemExit(130) from None

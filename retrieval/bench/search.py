@@ -67,59 +67,63 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
     start = now - timedelta(days=200)
     store = hot_store()
     vectors_all = np.empty((size, EMBEDDING_DIM), dtype=np.float32)
-    for offset in range(0, size, BATCH):
-        n = min(BATCH, size - offset)
-        topic_ids = rng.integers(0, len(topics), size=n)
-        vectors = topics[topic_ids] + 0.5 * rng.normal(size=(n, EMBEDDING_DIM)).astype(np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        vectors_all[offset : offset + n] = vectors
-        texts = [f"note {offset + i}: " + sentence(rng, 20) for i in range(n)]
-        when = [start + timedelta(seconds=(200 * 86400 // size) * (offset + i)) for i in range(n)]
-        layers = planned[offset : offset + n]
-        episodes = Episode.objects.bulk_create(
-            [
-                Episode(
-                    tenant=tenant,
-                    kind="note",
-                    title=texts[i][:60],
-                    session_id=f"s{(offset + i) // 100}",
-                    layer=layers[i],
-                    summary=texts[i] if layers[i] != "hot" else "",
-                    key_points=[texts[i]] if layers[i] != "hot" else [],
-                    headline=texts[i][:60] if layers[i] == "cold" else "",
-                    first_occurred_at=when[i],
-                    last_occurred_at=when[i],
-                    last_accessed_at=now,
-                    turn_count=1,
-                    embedding=vectors[i],
-                    search_text=texts[i] if layers[i] != "cold" else texts[i][:60],
-                    raw_chars=len(texts[i]),
-                )
-                for i in range(n)
-            ]
-        )
-        turns = Turn.objects.bulk_create(
-            [
-                Turn(
-                    tenant=tenant,
-                    episode=e,
-                    session_id=e.session_id,
-                    seq=0,
-                    role="memory",
-                    text=texts[i],
-                    occurred_at=when[i],
-                    ingested_at=now,
-                    embedding=vectors[i],
-                    context_embedding=vectors[i],
-                )
-                for i, e in enumerate(episodes)
-            ]
-        )
-        for episode, turn in zip(episodes, turns, strict=True):
-            if episode.layer == "hot":
-                episode.tenant = tenant
-                store.index_episode(episode, turn_documents(episode, [turn]))
-        log(f"  loaded {offset + n}/{size} episodes")
+    try:
+        for offset in range(0, size, BATCH):
+            n = min(BATCH, size - offset)
+            topic_ids = rng.integers(0, len(topics), size=n)
+            vectors = topics[topic_ids] + 0.5 * rng.normal(size=(n, EMBEDDING_DIM)).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors_all[offset : offset + n] = vectors
+            texts = [f"note {offset + i}: " + sentence(rng, 20) for i in range(n)]
+            when = [start + timedelta(seconds=(200 * 86400 // size) * (offset + i)) for i in range(n)]
+            layers = planned[offset : offset + n]
+            episodes = Episode.objects.bulk_create(
+                [
+                    Episode(
+                        tenant=tenant,
+                        kind="note",
+                        title=texts[i][:60],
+                        session_id=f"s{(offset + i) // 100}",
+                        layer=layers[i],
+                        summary=texts[i] if layers[i] != "hot" else "",
+                        key_points=[texts[i]] if layers[i] != "hot" else [],
+                        headline=texts[i][:60] if layers[i] == "cold" else "",
+                        first_occurred_at=when[i],
+                        last_occurred_at=when[i],
+                        last_accessed_at=now,
+                        turn_count=1,
+                        embedding=vectors[i],
+                        search_text=texts[i] if layers[i] != "cold" else texts[i][:60],
+                        raw_chars=len(texts[i]),
+                    )
+                    for i in range(n)
+                ]
+            )
+            turns = Turn.objects.bulk_create(
+                [
+                    Turn(
+                        tenant=tenant,
+                        episode=e,
+                        session_id=e.session_id,
+                        seq=0,
+                        role="memory",
+                        text=texts[i],
+                        occurred_at=when[i],
+                        ingested_at=now,
+                        embedding=vectors[i],
+                        context_embedding=vectors[i],
+                    )
+                    for i, e in enumerate(episodes)
+                ]
+            )
+            for episode, turn in zip(episodes, turns, strict=True):
+                if episode.layer == "hot":
+                    episode.tenant = tenant
+                    store.index_episode(episode, turn_documents(episode, [turn]))
+            log(f"  loaded {offset + n}/{size} episodes")
+    except BaseException:  # Ctrl-C or an error half-way: no partly loaded tenant is left behind
+        drop_tenant(tenant, now=timezone.now(), log=lambda line: log(f"  {line}"))
+        raise
     # Fresh planner statistics, as autovacuum leaves them after a bulk load: with none for the new
     # tenant, Postgres may scan its rows exactly instead of through the HNSW graph.
     with connection.cursor() as cursor:
@@ -306,6 +310,10 @@ def run_search_bench(
             else:
                 log(f"loading {size} episodes")
                 tenant, vectors = load_tenant(size, rng, log)
+                if not keep:
+                    # Dropped at the end even when a later step is interrupted (Ctrl-C, an error):
+                    # a half-measured tenant is not left behind for the scheduler to tick.
+                    loaded.append(tenant)
             _, secret = api_key_create(
                 tenant=tenant, name="bench", scopes=["read"], actor="cli", now=timezone.now()
             )
@@ -356,8 +364,6 @@ def run_search_bench(
                 ("floor: + embedding", floor.with_embedding()),
             ):
                 results.append({"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)})
-            if kept is None and not keep:
-                loaded.append(tenant)
     finally:
         server.stop()
         # Dropped once every size is measured: deleting a loaded tenant sets autovacuum and

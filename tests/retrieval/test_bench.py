@@ -90,3 +90,46 @@ def test_bench_ingest_puts_the_embedders_own_throughput_beside_the_platforms():
     share = local["turns_per_s"] / local["embedder_texts_per_s"]
     assert local["embedder_share"] == pytest.approx(share, abs=0.002)
     assert not Tenant.objects.filter(name__startswith="bench-ingest-").exists()
+
+
+@pytest.mark.parametrize("at", ["while loading", "while measuring"])
+def test_bench_search_interrupted_drops_its_tenant_and_says_so_in_a_line(at):
+    """Ctrl-C (SIGINT) during the load or the measurements: exit code 130, one line instead of a
+    traceback, and the half-loaded or half-measured tenant dropped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.conftest import manage_py_environment
+
+    root = Path(__file__).resolve().parents[2]
+    size, marker = (20_000, "loaded 2000/") if at == "while loading" else (300, "measuring service")
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "bench", "search", "--sizes", str(size), "--queries", "2000"],
+        cwd=root,
+        env=manage_py_environment(PYTHONUNBUFFERED="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if marker in line:
+            assert Tenant.objects.filter(name__startswith=f"bench-search-{size}-").exists()
+            proc.send_signal(signal.SIGINT)
+            break
+    else:
+        proc.kill()
+    out, err = proc.communicate(timeout=180)
+    assert any(marker in line for line in seen), "".join(seen) + out + err
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err and "interrupted: the tenants it loaded were dropped" in err, err
+    assert not Tenant.objects.filter(name__startswith=f"bench-search-{size}-").exists()

@@ -31,9 +31,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
         log = (lambda msg: self.stderr.write(msg)) if opts["json"] else (lambda msg: self.stdout.write(msg))
-        from memory_platform.management.ready import require_migrated
+        from memory_platform.management.ready import interruptible, require_migrated
 
         require_migrated()
+        with interruptible(self.stderr.write, "the tenants it loaded were dropped (kept ones stay)"):
+            self._run(opts, log)
+
+    def _run(self, opts, log):  # type: ignore[no-untyped-def]
         if opts["what"] == "ingest":
             from retrieval.bench.ingest import run_mode
 

@@ -69,7 +69,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
-        from memory_platform.management.ready import require_migrated
+        from memory_platform.management.ready import interruptible, require_migrated
         from retrieval.evaluation import multilingual, updates
 
         require_migrated()
@@ -79,7 +79,8 @@ class Command(BaseCommand):
             opts["path"] = {"multilingual": multilingual, "updates": updates}[opts["dataset"]].DATA
         if not opts["path"].exists():
             raise CommandError(f"no such file: {opts['path']}")
-        with embedder_of_new_tenants(opts["embedder"]) as embedder:
+        done = "the evaluation's tenants were dropped" if not opts["keep"] else "tenants made so far are kept"
+        with interruptible(self.stderr.write, done), embedder_of_new_tenants(opts["embedder"]) as embedder:
             (self.stderr if opts["json"] else self.stdout).write(f"embedder: {embedder.model_id}")
             self._evaluate(opts)
 
