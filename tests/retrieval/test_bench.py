@@ -133,3 +133,29 @@ def test_bench_search_interrupted_drops_its_tenant_and_says_so_in_a_line(at):
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err and "interrupted: the tenants it loaded were dropped" in err, err
     assert not Tenant.objects.filter(name__startswith=f"bench-search-{size}-").exists()
+
+
+def test_bench_tick_times_each_step_of_two_ticks_and_leaves_nothing_behind():
+    from lifecycle.tick import STEPS
+
+    tenants = Tenant.objects.count()
+    out, log = io.StringIO(), io.StringIO()
+    call_command(
+        "bench", "tick", "--episodes", "300", "--tenants", "2", "--vectors", "0.5", "--json",
+        stdout=out, stderr=log,
+    )  # fmt: skip
+    result = json.loads(out.getvalue())
+    assert result["bench"] == "tick" and (result["tenants"], result["episodes"]) == (2, 300)
+    first, second = result["ticks"]["first"], result["ticks"]["second"]
+    for tick in (first, second):
+        assert list(tick["steps"]) == list(STEPS)
+        assert all(seconds >= 0 for seconds in tick["steps"].values())
+        assert sum(tick["steps"].values()) <= tick["total"] + 0.01
+        assert tick["statuses"] == {"succeeded": 2}
+        assert 590 <= tick["counts"]["scored"] <= 600  # a few loaded forgotten
+        assert len(tick["load_average"]) == 3
+    # A day after the load some episodes crossed a threshold; the second tick finds nothing to do.
+    assert set(first["counts"]) > {"scored"}
+    assert set(second["counts"]) == {"scored"}
+    assert "loading 2 tenant(s) of 300 episodes" in log.getvalue()
+    assert Tenant.objects.count() == tenants  # both dropped

@@ -10,16 +10,24 @@ class Command(BaseCommand):
         "vectors (`provided`: Postgres + Redis) and with the local MiniLM embedder, beside the embedder's "
         "own throughput on the same texts (texts/s, the mean of a run before and one after the platform's) "
         "and the platform's share of it. `bench search`: search latency at 10k/100k episodes through the "
-        "service and over HTTP, beside the floor (the embedding, Redis and Postgres alone)."
+        "service and over HTTP, beside the floor (the embedding, Redis and Postgres alone). `bench tick`: the "
+        "lifecycle tick step by step over `--tenants` tenants of `--episodes` episodes, a first tick "
+        "`--days` after the load and a second at the same time."
     )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("what", choices=["ingest", "search"])
+        parser.add_argument("what", choices=["ingest", "search", "tick"])
         parser.add_argument("--turns", type=int, default=2000, help="ingest: turns per mode")
         parser.add_argument("--batch", type=int, default=100, help="ingest: turns per call")
         parser.add_argument("--modes", default="durable,provided,local")
         parser.add_argument("--sizes", default="10000,100000", help="search: episode counts")
         parser.add_argument("--queries", type=int, default=200, help="search: queries per measurement")
+        parser.add_argument("--episodes", type=int, default=10_000, help="tick: episodes per tenant")
+        parser.add_argument("--tenants", type=int, default=1, help="tick: tenants")
+        parser.add_argument("--days", type=float, default=1.0, help="tick: days from the load to the ticks")
+        parser.add_argument(
+            "--vectors", type=float, default=1.0, help="tick: the share of packed episodes with a vector"
+        )
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--keep", action="store_true", help="search: keep the loaded tenants")
@@ -63,6 +71,9 @@ class Command(BaseCommand):
                     f"{alone:>18}{share:>8}"
                 )
             return
+        if opts["what"] == "tick":
+            self._tick(opts, log)
+            return
         try:
             from retrieval.bench.search import run_search_bench
         except ImportError as exc:
@@ -81,3 +92,16 @@ class Command(BaseCommand):
             from retrieval.bench.search import format_table
 
             self.stdout.write(format_table(result))
+
+    def _tick(self, opts, log):  # type: ignore[no-untyped-def]
+        from retrieval.bench.tick import format_table, run_tick_bench
+
+        result = run_tick_bench(
+            episodes=opts["episodes"],
+            tenants=opts["tenants"],
+            days=opts["days"],
+            seed=opts["seed"],
+            log=log,
+            vectors_share=opts["vectors"],
+        )
+        self.stdout.write(json.dumps({"bench": "tick", **result}) if opts["json"] else format_table(result))
