@@ -12,11 +12,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from django.db import transaction
 from django.db.models import Q
 
 from episodes.models import Episode, Layer, Link, LinkKind
-from episodes.selectors import degrees
 from episodes.services import EpisodeNotFound
 from episodes.stores import rows
 from memory_platform.tenancy.models import Tenant
@@ -75,7 +75,7 @@ def withdraw_delete(tenant: Tenant, episode: Episode, now: datetime) -> list[int
     return ids
 
 
-def propose_merges(t: Tick, episodes: list[Episode], scores: dict[int, tuple[float, Any]]) -> int:
+def propose_merges(t: Tick) -> int:
     """Merge proposals within one owner, one per member of a cluster of near-duplicates
     (docs/decisions/0040-merges-within-one-scope.md).
 
@@ -91,25 +91,25 @@ def propose_merges(t: Tick, episodes: list[Episode], scores: dict[int, tuple[flo
     proposal for a pair, in either direction and whatever its fate, stands: a tick run twice
     proposes nothing new, and a rejection is not proposed again."""
     policy = t.policy
-    packed = [e for e in episodes if e.layer in (Layer.WARM, Layer.COLD)]
-    degree = degrees(t.tenant, [e.pk for e in packed])
+    listing = t.listing()
+    packed = listing.rows(anchor=False)
+    packed = packed[np.isin(listing.layer[packed], [Layer.WARM, Layer.COLD])]
+    ids = listing.ids.tolist()
+    degree = listing.stats.in_degree + listing.stats.out_degree
+    score = {ids[i]: float(listing.scores[i]) for i in packed.tolist()}
+    links = {ids[i]: int(degree[i]) for i in packed.tolist()}
 
     def mergeable(pk: int, similarity: float) -> bool:
-        return scoring.is_merge_candidate(
-            scores[pk][0], policy, link_count=sum(degree[pk]), similarity=similarity
-        )
+        return scoring.is_merge_candidate(score[pk], policy, link_count=links[pk], similarity=similarity)
 
-    low = sorted(
-        (
-            e
-            for e in packed
-            if scores[e.pk][0] < policy.theta_active and sum(degree[e.pk]) <= policy.merge_max_links
-        ),
-        key=lambda e: (scores[e.pk][0], e.pk),
-    )[:MERGE_SCAN_LIMIT]
-    by_id = {e.pk: e for e in low}
+    low_rows = packed[
+        (listing.scores[packed] < policy.theta_active) & (degree[packed] <= policy.merge_max_links)
+    ]
+    # Lowest score first, then the lowest id.
+    low_rows = low_rows[np.lexsort((listing.ids[low_rows], listing.scores[low_rows]))][:MERGE_SCAN_LIMIT]
+    low = [ids[i] for i in low_rows.tolist()]
     found = rows.merge_neighbours(
-        t.tenant, list(by_id), neighbours=MERGE_NEIGHBOURS, threshold=policy.merge_similarity
+        t.tenant, low, neighbours=MERGE_NEIGHBOURS, threshold=policy.merge_similarity
     )
     earlier, busy = _merge_history(t.tenant, {pk for a, b, _ in found for pk in (a, b)})
     pairs = [
@@ -118,7 +118,8 @@ def propose_merges(t: Tick, episodes: list[Episode], scores: dict[int, tuple[flo
         if not {a, b} & busy and frozenset((a, b)) not in earlier and mergeable(a, similarity)
     ]
     clusters = _clusters(pairs)
-    ranked = _survival_ranks(t.tenant, episodes, scores, {pk for cluster in clusters for pk in cluster})
+    ranked = _survival_ranks(t, {pk for cluster in clusters for pk in cluster})
+    in_low = set(low)
     wanted = []
     for found_cluster in clusters:
         cluster = [pk for pk in found_cluster if pk in ranked]  # one erased meanwhile is gone
@@ -128,26 +129,27 @@ def propose_merges(t: Tick, episodes: list[Episode], scores: dict[int, tuple[flo
         wanted += [
             (pk, survivor)
             for pk in cluster
-            if pk != survivor and pk in by_id and frozenset((pk, survivor)) not in earlier
+            if pk != survivor and pk in in_low and frozenset((pk, survivor)) not in earlier
         ]
     similarities = rows.merge_similarities(t.tenant, wanted)
+    episodes = t.instances([pk for pk, _ in wanted])
     made = 0
     for pk, survivor in wanted:
         similarity = similarities.get((pk, survivor))
-        if similarity is None or not mergeable(pk, similarity):
+        if similarity is None or not mergeable(pk, similarity) or pk not in episodes:
             continue
         with transaction.atomic():
             candidate = Candidate.objects.create(
                 tenant=t.tenant,
                 kind=Candidate.Kind.MERGE,
-                episode=by_id[pk],
+                episode=episodes[pk],
                 other_id=survivor,
                 similarity=similarity,
-                score=scores[pk][0],
+                score=score[pk],
                 created_at=t.now,
             )
             t.journal(
-                by_id[pk],
+                episodes[pk],
                 "propose_merge",
                 {},
                 {"candidate_id": candidate.pk, "other": survivor, "similarity": round(similarity, 6)},
@@ -193,24 +195,23 @@ def _clusters(pairs: list[tuple[int, int]]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _survival_ranks(
-    tenant: Tenant, episodes: list[Episode], scores: dict[int, tuple[float, Any]], members: set[int]
-) -> dict[int, tuple[bool, float, datetime, int]]:
+def _survival_ranks(t: Tick, members: set[int]) -> dict[int, tuple[bool, float, int, int]]:
     """What makes a cluster's survivor: the pinned member (an anchor is never merged away), else
     the highest activity score, then the most recently used, then the oldest (a tie of copies
-    keeps the public id that has been given out longest)."""
-    listed = {e.pk: e for e in episodes if e.pk in members}
-    # The tick lists every visible episode but anchors: a member it did not list is read here.
-    listed |= {
-        e.pk: e
-        for e in Episode.objects.filter(tenant=tenant, pk__in=members - listed.keys()).only(
-            "pk", "anchor", "last_accessed_at"
-        )
-    }
-    return {
-        pk: (e.anchor, scores[pk][0] if pk in scores else 0.0, e.last_accessed_at, -pk)
-        for pk, e in listed.items()
-    }
+    keeps the public id that has been given out longest). A pinned member ranks with score 0 (the
+    anchor comes first), and so does one the tick did not list (read here)."""
+    listing = t.listing()
+    ranked: dict[int, tuple[bool, float, int, int]] = {}
+    for pk in members:
+        i = listing.row_of(pk)
+        if i is not None:
+            anchor = bool(listing.anchor[i])
+            score = 0.0 if anchor else float(listing.scores[i])
+            ranked[pk] = (anchor, score, int(listing.stats.last_accessed_at[i]), -pk)
+    unlisted = Episode.objects.filter(tenant=t.tenant, pk__in=members - ranked.keys())
+    for pk, anchor, last_accessed_at in unlisted.values_list("pk", "anchor", "last_accessed_at"):
+        ranked[pk] = (anchor, 0.0, scoring.micros(last_accessed_at), -pk)
+    return ranked
 
 
 # --- decisions --------------------------------------------------------------------------------------

@@ -86,44 +86,50 @@ def step_promote(t: Tick) -> None:
 def _promote(t: Tick, episode: Episode, gained: int) -> None:
     previous = episode.layer
     if transitions.promote(episode, reason="use", move=t.move, note={"accesses": gained}):
+        t.moved(episode)
         t.counts[f"{previous}_to_hot"] += 1
     else:
         t.counts["abandoned"] += 1
 
 
-def _hot_evictions(t: Tick, hot: list[Episode], scores: dict[int, tuple[float, Any]]) -> dict[int, str]:
-    """Which hot episodes leave, and why: idle (the policy's layer rule), then the per-session cap,
-    then the tenant's hot quota (in episodes, then in bytes); lowest activity score (then least
-    recently used) leaves first."""
+def _hot_evictions(t: Tick, hot: np.ndarray) -> dict[int, str]:
+    """Which hot episodes (positions in the tick's listing) leave, and why: idle (the policy's
+    layer rule), then the per-session cap, then the tenant's hot quota (in episodes, then in
+    bytes); lowest activity score (then least recently used) leaves first."""
+    listing = t.listing()
+    ids, anchor, scores = listing.ids.tolist(), listing.anchor, listing.scores
+    last_accessed = listing.stats.last_accessed_at
+    layers = scoring.layers_for(listing.stats, hot, t.policy, t.now)
     leaving: dict[int, str] = {}
-    for e in hot:
-        if not e.anchor and scoring.layer_for(scores[e.pk][1], t.policy, t.now) != Layer.HOT:
-            leaving[e.pk] = "idle"
+    for i, layer in zip(hot.tolist(), layers.tolist(), strict=True):
+        if not anchor[i] and layer != Layer.HOT:
+            leaving[i] = "idle"
 
-    def order(e: Episode) -> tuple[float, datetime, int]:
-        return (scores[e.pk][0], e.last_accessed_at, e.pk)
+    def order(i: int) -> tuple[float, int, int]:
+        return (float(scores[i]), int(last_accessed[i]), ids[i])
 
-    staying = [e for e in hot if e.pk not in leaving]
-    sessions: dict[tuple[str, str, str], list[Episode]] = defaultdict(list)
-    for e in staying:
-        if e.session_id:
-            sessions[(e.user_id, e.agent_id, e.session_id)].append(e)
+    staying = [i for i in hot.tolist() if i not in leaving]
+    sessions: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    for i in staying:
+        user, agent, session = listing.session[i]
+        if session:
+            sessions[(user, agent, session)].append(i)
     for members in sessions.values():
         excess = len(members) - t.policy.hot_cap_per_session
-        for e in sorted((m for m in members if not m.anchor), key=order)[: max(0, excess)]:
-            leaving[e.pk] = "session_cap"
-    staying = [e for e in staying if e.pk not in leaving]
+        for i in sorted((m for m in members if not anchor[m]), key=order)[: max(0, excess)]:
+            leaving[i] = "session_cap"
+    staying = [i for i in staying if i not in leaving]
     excess = len(staying) - t.policy.hot_quota
-    for e in sorted((s for s in staying if not s.anchor), key=order)[: max(0, excess)]:
-        leaving[e.pk] = "hot_quota"
+    for i in sorted((s for s in staying if not anchor[s]), key=order)[: max(0, excess)]:
+        leaving[i] = "hot_quota"
     # The quota in bytes, as ingest keeps it (lifecycle.quota), here by the same order as above.
-    weight = sum(e.hot_bytes for e in hot if e.pk not in leaving)
-    for e in sorted((s for s in staying if not s.anchor and s.pk not in leaving), key=order):
+    weight = sum(int(listing.hot_bytes[i]) for i in hot.tolist() if i not in leaving)
+    for i in sorted((s for s in staying if not anchor[s] and s not in leaving), key=order):
         if weight <= t.policy.hot_quota_bytes:
             break
-        leaving[e.pk] = "hot_quota"
-        weight -= e.hot_bytes
-    return leaving
+        leaving[i] = "hot_quota"
+        weight -= int(listing.hot_bytes[i])
+    return {ids[i]: reason for i, reason in leaving.items()}
 
 
 #: How many episodes the tick packs before it writes them. Their documents then leave Redis
@@ -134,22 +140,21 @@ HOT_TO_WARM_BATCH = 32
 
 
 def step_hot_to_warm(t: Tick) -> None:
-    hot = t.episodes(layer=Layer.HOT)
-    scores = t.scored(hot)
-    by_id = {e.pk: e for e in hot}
-    leaving = sorted(_hot_evictions(t, hot, scores).items())
+    listing = t.listing()
+    leaving = sorted(_hot_evictions(t, listing.rows(layer=Layer.HOT)).items())
     for start in range(0, len(leaving), HOT_TO_WARM_BATCH):
-        _hot_to_warm_batch(
-            t, [(by_id[pk], reason) for pk, reason in leaving[start : start + HOT_TO_WARM_BATCH]]
-        )
+        batch = leaving[start : start + HOT_TO_WARM_BATCH]
+        # The versions the decisions were made on, read before the first of the batch is packed.
+        listed = [(pk, int(listing.version[listing.position[pk]]), reason) for pk, reason in batch]
+        _hot_to_warm_batch(t, listed)
 
 
-def _hot_to_warm_batch(t: Tick, batch: list[tuple[Episode, str]]) -> None:
+def _hot_to_warm_batch(t: Tick, batch: list[tuple[int, int, str]]) -> None:
     """Pack each episode of the batch (no lock held), then write each one still at the version
     read, then take the written ones out of Redis together."""
     packed: list[tuple[Episode, WarmShape, str]] = []
-    for listed, reason in batch:
-        episode = t.fresh(listed.pk, listed.version)
+    for pk, version, reason in batch:
+        episode = t.fresh(pk, version)
         if episode is None:
             continue
         try:
@@ -170,6 +175,8 @@ def _hot_to_warm_batch(t: Tick, batch: list[tuple[Episode, str]]) -> None:
             except Exception as exc:
                 t.error("hot_to_warm", episode.pk, exc)
                 continue
+            if moved:
+                t.moved(episode)
             t.counts["hot_to_warm" if moved else "abandoned"] += 1
     finally:
         transitions.leave_hot(t.move, written, collect=True)
@@ -203,32 +210,46 @@ def cold_shape(episode: Episode, summariser: Any) -> ColdShape:
     )
 
 
+def _days_idle(t: Tick, rows: np.ndarray) -> list[float]:
+    """``days_between(now, last_accessed_at)`` of the listed episodes at ``rows``, exactly."""
+    now = scoring.micros(t.now)
+    last = t.listing().stats.last_accessed_at[rows].tolist()
+    return [max(0.0, (now - then) / 1_000_000 / 86_400) for then in last]
+
+
 def step_warm_gradient(t: Tick) -> None:
     """The warm gradient: compression deepens with age; fewer key points as the episode idles."""
-    for listed in t.episodes(layer=Layer.WARM, anchor=False):
-        keep = warm_points_for_age(days_between(t.now, listed.last_accessed_at), t.policy)
-        if len(listed.key_points) <= keep:
+    listing = t.listing()
+    warm = listing.rows(layer=Layer.WARM, anchor=False)
+    # No fewer key points than the gradient's least are ever asked of an episode.
+    warm = warm[listing.key_points[warm] > min(t.policy.warm_points_min, t.policy.warm_points_max)]
+    for i, idle in zip(warm.tolist(), _days_idle(t, warm), strict=True):
+        keep = warm_points_for_age(idle, t.policy)
+        if listing.key_points[i] <= keep:
             continue
-        episode = t.fresh(listed.pk, listed.version)
+        episode = t.fresh(int(listing.ids[i]), int(listing.version[i]))
         if episode is None:
             continue
-        warm = WarmShape(episode.summary, episode.key_points[:keep], episode.entities, episode.decisions)
+        shape = WarmShape(episode.summary, episode.key_points[:keep], episode.entities, episode.decisions)
         with transaction.atomic():
             before = snapshot(episode, ("key_points", "search_text", "packed_chars"))
-            fields = {"key_points": warm.key_points, "search_text": warm.text(), "packed_chars": warm.chars}
+            fields = {
+                "key_points": shape.key_points,
+                "search_text": shape.text(),
+                "packed_chars": shape.chars,
+            }
             if t.write(episode, Layer.WARM, **fields):
-                after = {"key_points": warm.key_points, "packed_chars": warm.chars, "kept": keep}
+                after = {"key_points": shape.key_points, "packed_chars": shape.chars, "kept": keep}
                 t.journal(episode, "warm_gradient", before, after)
                 t.counts["warm_gradient"] += 1
 
 
 def step_warm_to_cold(t: Tick) -> None:
-    warm = t.episodes(layer=Layer.WARM, anchor=False)  # anchors never go cold (pinned)
-    scores = t.scored(warm)
-    for listed in warm:
-        if scoring.layer_for(scores[listed.pk][1], t.policy, t.now) != Layer.COLD:
-            continue
-        episode = t.fresh(listed.pk, listed.version)
+    listing = t.listing()
+    warm = listing.rows(layer=Layer.WARM, anchor=False)  # anchors never go cold (pinned)
+    going = warm[scoring.layers_for(listing.stats, warm, t.policy, t.now) == Layer.COLD]
+    for i in going.tolist():
+        episode = t.fresh(int(listing.ids[i]), int(listing.version[i]))
         if episode is None:
             continue
         try:
@@ -241,6 +262,7 @@ def step_warm_to_cold(t: Tick) -> None:
 
 def _demote_to_cold(t: Tick, episode: Episode) -> None:
     if transitions.demote_to_cold(episode, cold_shape(episode, t.summariser), move=t.move):
+        t.moved(episode)
         t.counts["warm_to_cold"] += 1
     else:
         t.counts["abandoned"] += 1

@@ -11,9 +11,10 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 from fsrs import Card, Rating, Scheduler
 from fsrs import State as CardState
 
@@ -318,3 +319,145 @@ def layer_for(stats: EpisodeStats, policy: Policy, now: datetime) -> str:
     if rule == "activity":  # time triggers; the activity score orders cap evictions
         return by_time
     raise ValueError(f"unknown layer rule {rule!r}")
+
+
+# --- many episodes at once (the tick) ---------------------------------------------------------
+#
+# The tick scores every episode of a tenant (docs/decisions/0056-tick-at-scale.md). The functions
+# below are the ones above over numpy columns, and give the same numbers bit for bit: times are
+# integer microseconds, so a difference of two is the exact one datetime arithmetic gives, and
+# divided by 10**6 it is the float ``timedelta.total_seconds`` gives; the operations come in the
+# same order; exp and log1p are the math module's, element by element (numpy's may differ in the
+# last bit). tests/lifecycle/test_scoring.py holds the two to each other.
+
+#: A missing time (``None`` in EpisodeStats) in a column of microseconds.
+MISSING = np.iinfo(np.int64).min
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def micros(moment: datetime) -> int:
+    """A time as integer microseconds since the epoch (exact)."""
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def moment_of(us: int) -> datetime:
+    """The time ``micros`` gave, in UTC."""
+    return _EPOCH + timedelta(microseconds=int(us))
+
+
+@dataclass(frozen=True)
+class StatsColumns:
+    """EpisodeStats of many episodes, an array per field: times in microseconds (``micros``),
+    ``MISSING`` for none; stability and difficulty NaN for none."""
+
+    created_at: np.ndarray
+    first_occurred_at: np.ndarray
+    in_degree: np.ndarray
+    out_degree: np.ndarray
+    access_count: np.ndarray
+    traverse_count: np.ndarray
+    last_accessed_at: np.ndarray
+    last_linked_at: np.ndarray
+    anchor: np.ndarray
+    stability: np.ndarray
+    difficulty: np.ndarray
+    last_review_at: np.ndarray
+
+    def row(self, i: int) -> EpisodeStats:
+        """One episode's stats, for the rules computed one by one."""
+
+        def when(column: np.ndarray) -> datetime | None:
+            return None if column[i] == MISSING else moment_of(column[i])
+
+        def number(column: np.ndarray) -> float | None:
+            return None if math.isnan(column[i]) else float(column[i])
+
+        return EpisodeStats(
+            created_at=moment_of(self.created_at[i]),
+            first_occurred_at=when(self.first_occurred_at),
+            in_degree=int(self.in_degree[i]),
+            out_degree=int(self.out_degree[i]),
+            access_count=int(self.access_count[i]),
+            traverse_count=int(self.traverse_count[i]),
+            last_accessed_at=when(self.last_accessed_at),
+            last_linked_at=when(self.last_linked_at),
+            anchor=bool(self.anchor[i]),
+            stability=number(self.stability),
+            difficulty=number(self.difficulty),
+            last_review_at=when(self.last_review_at),
+        )
+
+    def born_at(self) -> np.ndarray:
+        first = self.first_occurred_at
+        return np.where((first != MISSING) & (first < self.created_at), first, self.created_at)
+
+    def last_touched_at(self) -> np.ndarray:
+        return np.where(self.last_accessed_at != MISSING, self.last_accessed_at, self.born_at())
+
+
+def _seconds_since(now: int, then: np.ndarray) -> np.ndarray:
+    return np.maximum(0.0, (now - then) / 1_000_000)
+
+
+def _days_since(now: int, then: np.ndarray) -> np.ndarray:
+    return _seconds_since(now, then) / 86_400
+
+
+def _exp(values: np.ndarray) -> np.ndarray:
+    return np.fromiter(map(math.exp, values.tolist()), dtype=np.float64, count=values.size)
+
+
+def _log1p_counts(counts: np.ndarray) -> np.ndarray:
+    distinct, where = np.unique(counts, return_inverse=True)
+    return np.asarray([math.log1p(int(c)) for c in distinct], dtype=np.float64)[where.reshape(-1)]
+
+
+def _decay(now: int, then: np.ndarray, hours: float) -> np.ndarray:
+    """e^(-Δ/T) where there is a time, 0 where there is none (``activity_terms``)."""
+    out = np.zeros(then.size)
+    known = then != MISSING
+    out[known] = _exp(-_seconds_since(now, then[known]) / 3600 / hours)
+    return out
+
+
+def activity_scores(stats: StatsColumns, policy: Policy, now: datetime) -> np.ndarray:
+    """``activity_score`` of each episode."""
+    at = micros(now)
+    total = np.zeros(stats.created_at.size)
+    total = total + policy.coef_in * _log1p_counts(stats.in_degree)
+    total = total + policy.coef_out * _log1p_counts(stats.out_degree)
+    total = total + policy.coef_access * _log1p_counts(stats.access_count)
+    total = total + policy.coef_traverse * _log1p_counts(stats.traverse_count)
+    total = total + policy.coef_recent_access * _decay(at, stats.last_accessed_at, policy.t_access_hours)
+    total = total + policy.coef_recent_link * _decay(at, stats.last_linked_at, policy.t_link_hours)
+    return total + -policy.coef_age * _days_since(at, stats.born_at()) / policy.t_age_days
+
+
+def states_of(stats: StatsColumns, scores: np.ndarray, policy: Policy, now: datetime) -> np.ndarray:
+    """``state_of`` of each episode, given its activity score."""
+    idle = _days_since(micros(now), stats.last_touched_at())
+    active = scores >= policy.theta_active
+    delete = (
+        ~active
+        & (scores <= policy.theta_delete)
+        & (stats.in_degree == 0)
+        & (idle >= policy.delete_after_days)
+        & ~stats.anchor.astype(bool)
+    )
+    out = np.full(scores.size, State.DORMANT, dtype=object)
+    out[active] = State.ACTIVE
+    out[delete] = State.DELETE_CANDIDATE
+    return out
+
+
+def layers_for(stats: StatsColumns, rows: np.ndarray, policy: Policy, now: datetime) -> np.ndarray:
+    """``layer_for`` of the episodes at positions ``rows``: at once under the `activity` rule (time
+    triggers only), one by one under the others."""
+    if policy.layer_rule != "activity":
+        return np.asarray([layer_for(stats.row(int(i)), policy, now) for i in rows], dtype=object)
+    idle = _days_since(micros(now), stats.last_touched_at()[rows])
+    out = np.full(rows.size, Layer.HOT, dtype=object)
+    out[idle >= policy.hot_days] = Layer.WARM
+    out[idle >= policy.cold_days] = Layer.COLD
+    out[stats.anchor[rows].astype(bool)] = Layer.HOT
+    return out

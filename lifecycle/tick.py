@@ -71,28 +71,33 @@ def step_repair(t: Tick) -> None:
 
 
 def step_score(t: Tick) -> None:
-    scored = t.scored(t.episodes())
-    t.counts["scored"] = len(scored)
+    t.counts["scored"] = len(t.listing())
 
 
 def step_states(t: Tick) -> None:
     """States from the activity score. A delete candidate is only marked (and proposed to an operator)."""
-    episodes = t.episodes()
-    scores = t.scored(episodes)
+    listing = t.listing()
+    rows = listing.rows()
+    new_states = scoring.states_of(listing.stats, listing.scores, t.policy, t.now)[rows]
+    # Anchors never decay (docs/concepts.md#anchors-pinned-memories): always in default search, never a
+    # candidate.
+    new_states[listing.anchor[rows]] = State.ACTIVE
+    changing = rows[new_states != listing.state[rows]]
+    new_of = dict(zip(rows.tolist(), new_states.tolist(), strict=True))
+    found = t.instances([int(pk) for pk in listing.ids[changing]])
     retagged = 0
-    for listed in episodes:
-        # Anchors never decay (docs/concepts.md#anchors-pinned-memories): always in default search, never a
-        # candidate.
-        new = State.ACTIVE if listed.anchor else scoring.state_of(scores[listed.pk][1], t.policy, t.now)
-        if new == listed.state:
+    for i in changing.tolist():
+        listed = found.get(int(listing.ids[i]))
+        if listed is None or listed.version != listing.version[i]:
+            t.counts["abandoned"] += 1  # touched or gone since it was listed: the next tick decides
             continue
-        old = listed.state
+        new, old, score = new_of[i], listed.state, float(listing.scores[i])
         with transaction.atomic():
             if not t.write(listed, listed.layer, state=new):
                 continue
-            after: dict[str, Any] = {"state": new, "score": round(scores[listed.pk][0], 6)}
+            after: dict[str, Any] = {"state": new, "score": round(score, 6)}
             if new == State.DELETE_CANDIDATE:
-                after["candidate_id"] = propose_delete(t.tenant, listed, scores[listed.pk][0], t.now)
+                after["candidate_id"] = propose_delete(t.tenant, listed, score, t.now)
             if old == State.DELETE_CANDIDATE:
                 after["withdrawn_candidates"] = withdraw_delete(t.tenant, listed, t.now)
             t.journal(listed, "state", {"state": old}, after)
@@ -108,9 +113,7 @@ def step_states(t: Tick) -> None:
 
 
 def step_candidates(t: Tick) -> None:
-    episodes = t.episodes(anchor=False)
-    made = propose_merges(t, episodes, t.scored(episodes))
-    t.counts["merge_candidates"] += made
+    t.counts["merge_candidates"] += propose_merges(t)
 
 
 def step_purge(t: Tick) -> None:

@@ -12,18 +12,18 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 from episodes.models import Episode, State
-from episodes.selectors import degrees
 from memory_platform.tenancy.models import Tenant
 
-from . import scoring, transitions
+from . import transitions
 from .compression import get_summariser
+from .listing import Listing
 from .models import TickRun
 from .tenant_policy import Policy
 
 logger = logging.getLogger(__name__)
 
-#: A tick lists every episode of the tenant several times; the content columns stay in the table
-#: (a move reads its episode whole, again, at the version it decided on).
+#: An episode a step changes without packing it (a state, a proposal) is read without its content
+#: columns; a move reads its episode whole, again, at the version it decided on.
 LISTING_DEFERRED = (
     "embedding",
     "search_text",
@@ -64,6 +64,7 @@ class Tick:
     hook: FaultHook | None = None
     counts: Counter[str] = field(default_factory=Counter)
     errors: list[TickError] = field(default_factory=list)
+    _listing: Listing | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.summariser = get_summariser(self.policy)
@@ -84,36 +85,45 @@ class Tick:
         transitions.journal(self.move, episode, action, before, after)
 
     # --- reading -------------------------------------------------------------------------------
-    def episodes(self, **filters: Any) -> list[Episode]:
-        return list(
-            Episode.objects.visible()
-            .filter(tenant=self.tenant)
-            .filter(**filters)
-            .defer(*LISTING_DEFERRED)
-            .select_related("tenant")  # journal entries name it
-        )
-
-    def scored(self, episodes: list[Episode]) -> dict[int, tuple[float, scoring.EpisodeStats]]:
-        """Scores are computed here, every tick, and never stored: a score always reflects the
+    def listing(self) -> Listing:
+        """The tenant's visible episodes, read and scored once per tick (``lifecycle.listing``).
+        Scores are computed here, every tick, and never stored: a score always reflects the
         current counters and policy (docs/concepts.md#scores)."""
-        degree = degrees(self.tenant, [e.pk for e in episodes])
-        out = {}
-        for e in episodes:
-            stats = scoring.EpisodeStats.from_episode(e, *degree.get(e.pk, (0, 0)))
-            out[e.pk] = (scoring.activity_score(stats, self.policy, self.now), stats)
-        return out
+        if self._listing is None:
+            self._listing = Listing.read(self.tenant, self.policy, self.now)
+        return self._listing
+
+    def moved(self, episode: Episode) -> None:
+        """A step wrote ``episode``: the listing follows."""
+        if self._listing is not None:
+            self._listing.moved(episode)
+
+    def instances(self, episode_ids: list[int]) -> dict[int, Episode]:
+        """The episodes a step is about to change, without their content columns."""
+        found: dict[int, Episode] = {}
+        for start in range(0, len(episode_ids), 1000):
+            chunk = episode_ids[start : start + 1000]
+            for episode in Episode.objects.filter(tenant=self.tenant, pk__in=chunk).defer(*LISTING_DEFERRED):
+                episode.tenant = self.tenant  # journal entries name it
+                found[episode.pk] = episode
+        return found
 
     def fresh(self, episode_id: int, version: int) -> Episode | None:
-        """The whole row, if it is still the version the decision was made on."""
+        """The whole row, if it is still the version the decision was made on. If not, the listing
+        takes the row as it is now."""
         episode = Episode.objects.filter(tenant=self.tenant, pk=episode_id).select_related("tenant").first()
         if episode is None or episode.version != version or episode.state == State.FORGOTTEN:
             self.counts["abandoned"] += 1
+            if self._listing is not None:
+                self._listing.refresh(episode, episode_id, self.policy, self.now)
             return None
         return episode
 
     def write(self, episode: Episode, expected_layer: str, **fields: Any) -> bool:
         """A change that keeps the layer, only if nobody touched the episode since it was read."""
         written = transitions.write_if_unchanged(episode, expected_layer, **fields)
-        if not written:
+        if written:
+            self.moved(episode)
+        else:
             self.counts["abandoned"] += 1
         return written

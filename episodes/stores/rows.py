@@ -270,7 +270,10 @@ def merge_neighbours(
             "  AND c.id <> a.id AND c.layer IN ('warm', 'cold') AND c.state <> %s "
             "  AND c.embedding IS NOT NULL "
             "  ORDER BY c.embedding <=> a.embedding LIMIT %s) b "
-            "WHERE a.tenant_id = %s AND a.id = ANY(%s) AND 1 - (a.embedding <=> b.embedding) >= %s",
+            # An episode without a vector has no neighbours: it is not searched from at all (the
+            # search from a missing vector orders nothing and would read the owner's every row).
+            "WHERE a.tenant_id = %s AND a.id = ANY(%s) AND a.embedding IS NOT NULL "
+            "AND 1 - (a.embedding <=> b.embedding) >= %s",
             [State.FORGOTTEN, neighbours, tenant.pk, list(episode_ids), threshold],
         )
         return [(int(a), int(b), float(sim)) for a, b, sim in cursor.fetchall()]

@@ -7,6 +7,7 @@ import dataclasses
 import math
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 from fsrs import Rating
 
@@ -279,3 +280,56 @@ def test_from_episode_reads_the_model_fields():
     assert (s.in_degree, s.out_degree, s.access_count, s.anchor, s.stability) == (2, 1, 2, True, 4.0)
     assert s.born_at == NOW - 10 * D
     assert math.isclose(activity_terms(s, MemoryPolicy(), NOW)["age"], -0.1)
+
+
+# --- many episodes at once ----------------------------------------------------------------------
+
+
+def _columns(rng, n: int):
+    """Random stats with the edges the rules compare at: idle exactly hot_days and cold_days,
+    times in the future, missing times, an import older than its arrival, zero counts."""
+    from lifecycle.scoring import MISSING, StatsColumns, micros
+
+    now = micros(NOW)
+    day = 86_400_000_000
+    created = now - rng.integers(-day, 400 * day, size=n)
+    first = np.where(rng.random(n) < 0.3, created - rng.integers(0, 50 * day, size=n), created)
+    idle = rng.choice([14 * day, 90 * day, 180 * day, 0, -3_000_000], size=n)
+    idle = np.where(rng.random(n) < 0.5, rng.integers(-day, 300 * day, size=n), idle)
+    accessed = np.where(rng.random(n) < 0.1, MISSING, now - idle)
+    linked = np.where(rng.random(n) < 0.5, MISSING, now - rng.integers(0, 100 * day, size=n))
+    reviewed = np.where(rng.random(n) < 0.5, MISSING, now - rng.integers(0, 300 * day, size=n))
+    remembered = rng.random(n) < 0.5
+    return StatsColumns(
+        created_at=created,
+        first_occurred_at=np.where(rng.random(n) < 0.05, MISSING, first),
+        in_degree=rng.integers(0, 4, size=n) * (rng.random(n) < 0.5),
+        out_degree=rng.integers(0, 4, size=n),
+        access_count=rng.integers(0, 30, size=n) * (rng.random(n) < 0.5),
+        traverse_count=rng.integers(0, 5, size=n),
+        last_accessed_at=accessed,
+        last_linked_at=linked,
+        anchor=rng.random(n) < 0.1,
+        stability=np.where(remembered, rng.uniform(0.5, 60, size=n), np.nan),
+        difficulty=np.where(remembered, rng.uniform(1, 10, size=n), np.nan),
+        last_review_at=reviewed,
+    )
+
+
+@pytest.mark.parametrize("preset", [None, "adr", "lsm", "fsrs"])
+def test_the_tick_scores_many_episodes_exactly_as_one_by_one(policy, preset):
+    """The tick's scores over columns (``activity_scores``, ``states_of``, ``layers_for``) are the
+    one-by-one functions' to the last bit, edges included."""
+    from lifecycle.scoring import activity_scores, layers_for, states_of
+
+    if preset:
+        apply_preset(policy, preset)
+    columns = _columns(np.random.default_rng(3), 3000)
+    rows = [columns.row(i) for i in range(3000)]
+    scores = activity_scores(columns, policy, NOW)
+    assert scores.tolist() == [activity_score(s, policy, NOW) for s in rows]
+    assert states_of(columns, scores, policy, NOW).tolist() == [state_of(s, policy, NOW) for s in rows]
+    every = np.arange(3000)
+    assert layers_for(columns, every, policy, NOW).tolist() == [layer_for(s, policy, NOW) for s in rows]
+    some = every[::7]
+    assert layers_for(columns, some, policy, NOW).tolist() == [layer_for(rows[i], policy, NOW) for i in some]
