@@ -26,7 +26,7 @@ from episodes.stores.tables import EPISODES, TURNS
 from memory_platform import db
 from memory_platform.conf import memory_settings
 from memory_platform.embeddings import get_embedder
-from memory_platform.redis_client import get_redis
+from memory_platform.redis_client import get_redis, on_owner_of
 from memory_platform.tenancy.models import Tenant
 
 _PACKED = (
@@ -68,13 +68,16 @@ def _hot_query(index: str, vector: np.ndarray, words: Sequence[str], k: int) -> 
     text = "@text:(" + "|".join(words) + ")" if words else None
 
     def run() -> object:
-        pipe = get_redis().pipeline(transaction=False)
+        client = get_redis()
+        pipe = client.pipeline(transaction=False)
+        # On a cluster, straight to the master of the tenant's slot, as the platform sends it.
+        owner = on_owner_of(client, index)
         pipe.execute_command(
             "FT.SEARCH", index, f"*=>[KNN {k} @embedding $v]", "PARAMS", 2, "v", blob,
-            "NOCONTENT", "LIMIT", 0, k, "DIALECT", 2,
+            "NOCONTENT", "LIMIT", 0, k, "DIALECT", 2, **owner,
         )  # fmt: skip
         if text:
-            pipe.execute_command("FT.SEARCH", index, text, "NOCONTENT", "LIMIT", 0, k, "DIALECT", 2)
+            pipe.execute_command("FT.SEARCH", index, text, "NOCONTENT", "LIMIT", 0, k, "DIALECT", 2, **owner)
         return pipe.execute()
 
     return run
