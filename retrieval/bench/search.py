@@ -41,6 +41,7 @@ from retrieval.query import SearchQuery
 from retrieval.services import record_access, search
 from rights.deletion import drop_tenant
 
+from . import deployments
 from .floor import measure_floor
 from .text import sentence
 
@@ -294,7 +295,14 @@ def _layers(counts: Counter[str]) -> str:
 
 
 def run_search_bench(
-    *, sizes: list[int], queries: int, seed: int, keep: bool, log: Callable[[str], None], reuse: bool = False
+    *,
+    sizes: list[int],
+    queries: int,
+    seed: int,
+    keep: bool,
+    log: Callable[[str], None],
+    reuse: bool = False,
+    compare_redis: str | None = None,
 ) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
     get_embedder("local").embed(["warm-up"])
@@ -364,6 +372,10 @@ def run_search_bench(
                 ("floor: + embedding", floor.with_embedding()),
             ):
                 results.append({"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)})
+            if compare_redis:
+                log(f"  measuring the service on the default Redis and on {deployments.kind(compare_redis)}")
+                times_on = deployments.compare(tenant, qs, compare_redis, log)
+                results.extend(deployments.rows(size, compare_redis, times_on, _percentiles))
     finally:
         server.stop()
         # Dropped once every size is measured: deleting a loaded tenant sets autovacuum and
@@ -378,14 +390,18 @@ def run_search_bench(
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The platform's paths with their p95 over the floor's (the slower store, plus the embedding
     where the platform embeds), then the floor's parts."""
+    width = max(26, *(len(r["path"]) + 1 for r in rows))
     head = (
-        f"{'episodes':>9}  {'path':<26}{'queries':>8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'p95/floor':>11}"
+        f"{'episodes':>9}  {'path':<{width}}{'queries':>8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"
+        f"{'p95/floor':>15}"
     )
     lines = [head]
     for r in rows:
         ratio = r.get("ratio_to_floor")
+        over = r.get("p95_over_default")
+        shown = f"{ratio}x" if ratio is not None else f"{over}x default" if over is not None else ""
         lines.append(
-            f"{r['episodes']:>9}  {r['path']:<26}{r['queries']:>8}{r['p50']:>9}{r['p95']:>9}{r['p99']:>9}"
-            f"{f'{ratio}x' if ratio is not None else '':>11}"
+            f"{r['episodes']:>9}  {r['path']:<{width}}{r['queries']:>8}{r['p50']:>9}{r['p95']:>9}{r['p99']:>9}"
+            f"{shown:>15}"
         )
     return "\n".join(lines)

@@ -159,3 +159,35 @@ def test_bench_tick_times_each_step_of_two_ticks_and_leaves_nothing_behind():
     assert set(second["counts"]) == {"scored"}
     assert "loading 2 tenant(s) of 300 episodes" in log.getvalue()
     assert Tenant.objects.count() == tenants  # both dropped
+
+
+def test_bench_search_compares_the_default_redis_with_a_cluster_query_by_query(monkeypatch, redis_cluster):
+    """`--compare-redis URL`: each query searched on the default Redis and on the cluster in turn;
+    the tenant's hot episodes indexed on the cluster from Postgres for it, and gone from it after."""
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "memory_platform.settings")
+    masters = [redis_cluster._client(port) for port in redis_cluster.ports()]
+    for client in masters:
+        client.flushall()  # what earlier tests on the cluster left there
+        client.config_resetstat()
+    out = io.StringIO()
+    call_command(
+        "bench",
+        "search",
+        *("--sizes", "300", "--queries", "10", "--json"),
+        *("--compare-redis", redis_cluster.url()),
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    rows = {r["path"]: r for r in json.loads(out.getvalue())["results"]}
+    for path in ("service, caller vector", "service, local embedding"):
+        default, cluster = rows[f"{path} [default Redis]"], rows[f"{path} [Redis Cluster]"]
+        assert default["queries"] == cluster["queries"] == 10
+        assert cluster["p95_over_default"] == round(cluster["p95"] / default["p95"], 2)
+    # Searched there: every query of both paths, its KNN and its full text (at least), on the cluster.
+    searches = sum(
+        int(client.info("commandstats").get("cmdstat_FT.SEARCH", {}).get("calls", 0)) for client in masters
+    )
+    assert searches >= 2 * 2 * 10, searches
+    # And nothing of the tenant left there: no document, no index.
+    assert sum(client.dbsize() for client in masters) == 0
+    assert not any(client.execute_command("FT._LIST") for client in masters)

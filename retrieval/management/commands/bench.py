@@ -32,6 +32,15 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--keep", action="store_true", help="search: keep the loaded tenants")
         parser.add_argument(
+            "--compare-redis",
+            metavar="URL",
+            default=None,
+            help=(
+                "search: also time the service with its hot tier on this Redis (a redis+cluster:// URL, "
+                "say), each query on both in turn, beside the default REDIS_URL"
+            ),
+        )
+        parser.add_argument(
             "--reuse",
             action="store_true",
             help="search: reuse a tenant kept by an earlier --keep run (and keep it)",
@@ -85,6 +94,7 @@ class Command(BaseCommand):
             keep=opts["keep"],
             reuse=opts["reuse"],
             log=log,
+            compare_redis=opts["compare_redis"],
         )
         if opts["json"]:
             self.stdout.write(json.dumps({"bench": "search", "results": result}))
