@@ -333,3 +333,27 @@ def test_the_tick_scores_many_episodes_exactly_as_one_by_one(policy, preset):
     assert layers_for(columns, every, policy, NOW).tolist() == [layer_for(s, policy, NOW) for s in rows]
     some = every[::7]
     assert layers_for(columns, some, policy, NOW).tolist() == [layer_for(rows[i], policy, NOW) for i in some]
+
+
+@pytest.mark.django_db
+def test_the_ticks_degrees_are_the_pages_degrees(provided):
+    """``tenant_degrees`` (the tick's, on the links alone) counts what ``degrees`` (a page's) does:
+    each link whose other end is not forgotten, another tenant's links never."""
+    from episodes.models import Episode, Link
+    from episodes.selectors import degrees, tenant_degrees
+    from tests.conftest import Caller
+
+    from .factories import memory
+
+    tenant = provided.tenant
+    a, b, c, gone = (memory(tenant, text=f"m{i}", idle_days=1, seed=i) for i in range(4))
+    for src, dst, kind in [(a, b, "related"), (a, b, "references"), (c, a, "related"), (gone, a, "related")]:
+        Link.objects.create(tenant=tenant, src_id=src, dst_id=dst, kind=kind)
+    Link.objects.create(tenant=tenant, src_id=b, dst_id=gone, kind="related")
+    Episode.objects.for_tenant(tenant).filter(pk=gone).update(state=State.FORGOTTEN)
+    outsider = Caller("outsider-co", embedder="provided").tenant
+    x, y = (memory(outsider, text=f"o{i}", idle_days=1, seed=9 + i) for i in range(2))
+    Link.objects.create(tenant=outsider, src_id=x, dst_id=y, kind="related")
+    found = tenant_degrees(tenant)
+    assert {pk: found.get(pk, (0, 0)) for pk in (a, b, c, gone)} == degrees(tenant, [a, b, c, gone])
+    assert found[a] == (1, 2) and found[b] == (2, 0) and x not in found and y not in found
