@@ -191,3 +191,43 @@ def test_bench_search_compares_the_default_redis_with_a_cluster_query_by_query(m
     # And nothing of the tenant left there: no document, no index.
     assert sum(client.dbsize() for client in masters) == 0
     assert not any(client.execute_command("FT._LIST") for client in masters)
+
+
+def test_bench_tick_interrupted_while_loading_drops_its_tenant():
+    """Ctrl-C during `bench tick`'s load: exit code 130, one line, the half-loaded tenant dropped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.conftest import manage_py_environment
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "bench", "tick", "--episodes", "20000", "--vectors", "0"],
+        cwd=root,
+        env=manage_py_environment(PYTHONUNBUFFERED="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if "loaded 5000/" in line:
+            assert Tenant.objects.filter(name__startswith="bench-tick-20000-").exists()
+            proc.send_signal(signal.SIGINT)
+            break
+    else:
+        proc.kill()
+    out, err = proc.communicate(timeout=180)
+    assert any("loaded 5000/" in line for line in seen), "".join(seen) + out + err
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err and "interrupted: the tenants it loaded were dropped" in err, err
+    assert not Tenant.objects.filter(name__startswith="bench-tick-20000-").exists()
