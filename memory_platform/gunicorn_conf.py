@@ -1,5 +1,5 @@
-"""gunicorn's hooks for the web workers of ``make run`` (``bin/run`` passes
-``--config python:memory_platform.gunicorn_conf``; its other settings stay on its command line).
+"""gunicorn's hooks for the web workers of ``make run`` and the one setting that is not on
+``bin/run``'s command line (it passes ``--config python:memory_platform.gunicorn_conf``).
 
 Each worker loads what the first write and search need (``memory_platform.warmup``) before it
 takes a request, so no caller waits for a model to load. It does so after the fork, in the worker:
@@ -15,6 +15,12 @@ import os
 import threading
 from pathlib import Path
 from typing import Any
+
+# gunicorn 25.1 and later listen on a control socket for ``gunicornc``, by default at one path per
+# user (~/.gunicorn/gunicorn.ctl): a second platform on the machine (another clone, another
+# MEMORY_VAR_DIR) takes it over, and the first to stop deletes it from under the other. Nothing
+# here uses it. An older gunicorn ignores the name.
+control_socket_disable = True
 
 
 def post_worker_init(worker: Any) -> None:
