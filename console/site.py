@@ -62,6 +62,8 @@ class ConsoleSite(UnfoldAdminSite):
     site_title = "Memory platform"
     index_title = "Tenants"
     index_template = "admin/console_index.html"
+    # The console's own pages write a missing value as "—"; Django's admin writes "-".
+    empty_value_display = "—"
 
     def register(self, model_or_iterable: Any, admin_class: Any = None, **options: Any) -> None:
         models: list[Any] = (

@@ -258,7 +258,7 @@ def why_nothing_moves(tenant: Tenant, policy: Policy, now: datetime) -> list[str
     movable = [e for e in live if not e.anchor]
     reasons = []
     if pinned:
-        reasons.append(f"{pinned} pinned memor{'y' if pinned == 1 else 'ies'} never move down.")
+        reasons.append(f"{pinned} pinned memor{'y never moves' if pinned == 1 else 'ies never move'} down.")
     by_layer = {layer: [e for e in movable if e.layer == layer] for layer in (Layer.HOT, Layer.WARM)}
     if policy.layer_rule == "retrievability":
         for layer, bound, name in (
@@ -285,7 +285,7 @@ def why_nothing_moves(tenant: Tenant, policy: Policy, now: datetime) -> list[str
                 where = "warm" if layer == Layer.HOT else "cold"
                 reasons.append(
                     f"The longest unused {layer} memory was last used {idle:.1f} days ago; "
-                    f"memories go {where} after {days:g} days unused."
+                    f"memories go {where} after {days:g} day{'' if days == 1 else 's'} unused."
                 )
         if policy.layer_rule != "activity":
             reasons.append(
