@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.apps import apps
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 
 from lifecycle.journal import to_json
 from lifecycle.tasks import SCHEDULE_PREFIX
@@ -171,7 +171,15 @@ def drop_tenant(tenant: Tenant, *, now: datetime, log: Callable[[str], None]) ->
     cannot, say what is left and how to delete it later, and return None (the command's own
     results are not lost to a failed cleanup)."""
     try:
-        deletion = tenant_delete(tenant=tenant, now=now, actor="cli", log=log)
+        try:
+            deletion = tenant_delete(tenant=tenant, now=now, actor="cli", log=log)
+        except DatabaseError:
+            if connection.in_atomic_block:
+                raise
+            # A Ctrl-C in the middle of a statement can leave the connection half-way through its
+            # protocol; the command is cleaning up after it, so once more on a new connection.
+            connection.close()
+            deletion = tenant_delete(tenant=tenant, now=now, actor="cli", log=log)
     except (DeletionRefused, DatabaseError) as exc:
         log(
             f"left tenant {tenant.name} in place ({str(exc).splitlines()[0]}): "

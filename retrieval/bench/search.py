@@ -377,13 +377,15 @@ def run_search_bench(
                 times_on = deployments.compare(tenant, qs, compare_redis, log)
                 results.extend(deployments.rows(size, compare_redis, times_on, _percentiles))
     finally:
-        server.stop()
-        # Dropped once every size is measured: deleting a loaded tenant sets autovacuum and
-        # RediSearch's collector to work, which would slow the next size's measurements. The
-        # deletion service waits for the tenant's tick and tries a deadlocked transaction again,
-        # so it works beside a running platform (``rights.deletion``).
-        for tenant in loaded:
-            drop_tenant(tenant, now=timezone.now(), log=lambda line: log(f"  {line}"))
+        try:
+            server.stop()
+        finally:
+            # Dropped once every size is measured: deleting a loaded tenant sets autovacuum and
+            # RediSearch's collector to work, which would slow the next size's measurements. The
+            # deletion service waits for the tenant's tick and tries a deadlocked transaction
+            # again, so it works beside a running platform (``rights.deletion``).
+            for tenant in loaded:
+                drop_tenant(tenant, now=timezone.now(), log=lambda line: log(f"  {line}"))
     return results
 
 

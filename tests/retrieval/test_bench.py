@@ -113,6 +113,9 @@ def test_bench_search_interrupted_drops_its_tenant_and_says_so_in_a_line(at):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell starting a job in the background (`make test &`, CI runners) hands it SIGINT
+        # ignored, and Python then installs no KeyboardInterrupt: give the command a terminal's Ctrl-C.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     seen = []
@@ -132,7 +135,7 @@ def test_bench_search_interrupted_drops_its_tenant_and_says_so_in_a_line(at):
     assert any(marker in line for line in seen), "".join(seen) + out + err
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err and "interrupted: the tenants it loaded were dropped" in err, err
-    assert not Tenant.objects.filter(name__startswith=f"bench-search-{size}-").exists()
+    assert not Tenant.objects.filter(name__startswith=f"bench-search-{size}-").exists(), out + err
 
 
 def test_bench_tick_times_each_step_of_two_ticks_and_leaves_nothing_behind():
@@ -211,6 +214,9 @@ def test_bench_tick_interrupted_while_loading_drops_its_tenant():
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell starting a job in the background (`make test &`, CI runners) hands it SIGINT
+        # ignored, and Python then installs no KeyboardInterrupt: give the command a terminal's Ctrl-C.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     seen = []
