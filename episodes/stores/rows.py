@@ -247,6 +247,12 @@ def merge_scope(episode: Episode) -> tuple[str, ...]:
     return tuple(getattr(episode, name) for name in MERGE_SCOPE)
 
 
+#: A tenant with at most this many embedded packed episodes has its merge neighbours ranked in
+#: memory, from one read of their vectors, not by a nearest-neighbour search per episode: a tenant
+#: of 1,000 took 0.51 s a tick in 1,000 searches (docs/decisions/0056-tick-at-scale.md).
+MERGE_IN_MEMORY = 5_000
+
+
 def merge_neighbours(
     tenant: Tenant, episode_ids: Sequence[int], *, neighbours: int, threshold: float
 ) -> list[tuple[int, int, float]]:
@@ -257,6 +263,9 @@ def merge_neighbours(
     people wrote the same words)."""
     if not episode_ids:
         return []
+    found = _merge_neighbours_in_memory(tenant, episode_ids, neighbours=neighbours, threshold=threshold)
+    if found is not None:
+        return found
     with transaction.atomic(), connection.cursor() as cursor:
         # Packed episodes only. An owner's few are read through episode_packed_owner (tenant,
         # owner, kind; lifecycle migration 0011) and ranked exactly; a large owner's through the
@@ -277,6 +286,57 @@ def merge_neighbours(
             [State.FORGOTTEN, neighbours, tenant.pk, list(episode_ids), threshold],
         )
         return [(int(a), int(b), float(sim)) for a, b, sim in cursor.fetchall()]
+
+
+def _merge_neighbours_in_memory(
+    tenant: Tenant, episode_ids: Sequence[int], *, neighbours: int, threshold: float
+) -> list[tuple[int, int, float]] | None:
+    """``merge_neighbours`` ranked exactly in memory, as the search ranks a small owner's episodes
+    (the same candidates, cosine to float precision, ties by id); None when the tenant has more
+    than ``MERGE_IN_MEMORY`` embedded packed episodes, left to the index."""
+    scope = ", ".join(MERGE_SCOPE)
+    found = db.fetch(
+        f"SELECT id, layer IN ('warm', 'cold') AND state <> %s, kind, {scope}, embedding "
+        f"FROM {EPISODES} WHERE tenant_id = %s AND embedding IS NOT NULL "
+        "AND ((layer IN ('warm', 'cold') AND state <> %s) OR id = ANY(%s)) LIMIT %s",
+        [
+            State.FORGOTTEN,
+            tenant.pk,
+            State.FORGOTTEN,
+            list(episode_ids),
+            MERGE_IN_MEMORY + len(episode_ids) + 1,
+        ],
+    )
+    if sum(1 for row in found if row[1]) > MERGE_IN_MEMORY or len(found) > MERGE_IN_MEMORY + len(episode_ids):
+        return None
+    wanted = set(episode_ids)
+    groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for row in found:
+        groups.setdefault(tuple(row[2:-1]), []).append(row)
+    result: list[tuple[int, int, float]] = []
+    for rows_ in groups.values():
+        sources = [k for k, row in enumerate(rows_) if row[0] in wanted]
+        targets = [k for k, row in enumerate(rows_) if row[1]]
+        if not sources or not targets:
+            continue
+        vectors = np.array([db.vector_of(row[-1]) for row in rows_], dtype=np.float64)
+        norms = np.linalg.norm(vectors, axis=1)
+        ids = np.array([row[0] for row in rows_])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sims = (vectors[sources] @ vectors[targets].T) / np.outer(norms[sources], norms[targets])
+        source_ids, target_ids = ids[sources], ids[targets]
+        sims[source_ids[:, None] == target_ids[None, :]] = -np.inf  # never the episode itself
+        # Only pairs at the threshold can be answered, so the nearest ``neighbours`` of each source
+        # are taken among those: best first, a tie by the lower id.
+        src, col = np.nonzero(sims >= threshold)
+        sim, other = sims[src, col], target_ids[col]
+        order = np.lexsort((other, -sim, src))
+        src, other, sim = src[order], other[order], sim[order]
+        starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if len(src) else np.array([], int)
+        rank = np.arange(len(src)) - np.repeat(starts, np.diff(np.r_[starts, len(src)]))
+        keep = rank < neighbours
+        result += zip(source_ids[src[keep]].tolist(), other[keep].tolist(), sim[keep].tolist(), strict=True)
+    return result
 
 
 def merge_similarities(tenant: Tenant, pairs: Sequence[tuple[int, int]]) -> dict[tuple[int, int], float]:

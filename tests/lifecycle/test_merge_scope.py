@@ -277,3 +277,49 @@ def test_the_console_shows_both_memories_and_both_owners(provided, admin_client)
     )
     assert "different users or agents" in answer.content.decode()
     assert Candidate.objects.across_tenants("test").get(pk=candidate.pk).status == "proposed"
+
+
+def test_merge_neighbours_in_memory_are_the_index_search_s(monkeypatch):
+    """A small tenant's merge neighbours are ranked in memory from one read of its vectors; they
+    are the pairs the per-episode nearest-neighbour search finds: same kind and owner, packed,
+    not forgotten, never the episode itself or another tenant's copy, cosines to float precision."""
+    import numpy as np
+
+    from episodes.stores import rows
+
+    tenant, outsider = Caller("mem-a", embedder="provided").tenant, Caller("mem-b", embedder="provided").tenant
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(6, 384))
+    at = NOW - timedelta(days=40)
+    made = []
+    for t in (tenant, outsider):
+        for k in range(90):
+            vector = centres[k % 6] + rng.uniform(0.05, 0.6) * rng.normal(size=384)
+            made.append(
+                Episode(
+                    tenant=t,
+                    user_id=f"u{k % 3}",
+                    agent_id="a" if k % 5 == 0 else "",
+                    kind="fact" if k % 4 else "episode",
+                    layer="hot" if k % 11 == 0 else ("cold" if k % 2 else "warm"),
+                    state=State.FORGOTTEN if k % 13 == 0 else State.ACTIVE,
+                    embedding=(vector / np.linalg.norm(vector)).astype("float32") if k % 17 else None,
+                    first_occurred_at=at,
+                    last_occurred_at=at,
+                    last_accessed_at=at,
+                )
+            )
+    Episode.objects.bulk_create(made)
+    ids = list(Episode.objects.across_tenants("test").filter(tenant=tenant).values_list("pk", flat=True))
+    sources = ids[::2] + [ids[11]]  # a hot one too: searched from, never found
+
+    in_memory = rows.merge_neighbours(tenant, sources, neighbours=3, threshold=0.6)
+    monkeypatch.setattr(rows, "MERGE_IN_MEMORY", 0)
+    assert rows._merge_neighbours_in_memory(tenant, sources, neighbours=3, threshold=0.6) is None
+    searched = rows.merge_neighbours(tenant, sources, neighbours=3, threshold=0.6)
+
+    assert len(in_memory) > 20  # pairs above the threshold exist
+    assert sorted((a, b) for a, b, _ in in_memory) == sorted((a, b) for a, b, _ in searched)
+    by_pair = {(a, b): sim for a, b, sim in searched}
+    assert all(abs(sim - by_pair[(a, b)]) < 1e-5 for a, b, sim in in_memory)
+    assert set(b for _, b, _ in in_memory) <= set(ids)
