@@ -14,16 +14,18 @@ is the cost of looking at every episode. Step times come from the tick's own hoo
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 
 from episodes.indexing import turn_documents
@@ -233,6 +235,45 @@ class _StepClock:
             self.mark = at
 
 
+def _tick_in_processes(tenants: list[Tenant], now: datetime, workers: int) -> dict[str, Any]:
+    """``_tick_all`` shared among ``workers`` processes, as ``make run``'s worker processes share the
+    tenants' tick tasks: the total is the wall time until the last finishes; the steps' seconds,
+    the counts and the statuses are summed over the processes, the slowest tenant is the slowest
+    of any."""
+    if workers <= 1 or len(tenants) <= 1:
+        return _tick_all(tenants, now)
+    connections.close_all()  # each process opens its own (a forked connection is not shared)
+    shares = [tenants[k::workers] for k in range(workers)]
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        parts = list(pool.map(_tick_share, shares, [now] * workers))
+    total = time.perf_counter() - started
+    steps: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    statuses: Counter[str] = Counter()
+    for part in parts:
+        steps.update(part["steps"])
+        counts.update(part["counts"])
+        statuses.update(part["statuses"])
+    return {
+        "now": now.isoformat(),
+        "steps": {step: round(steps.get(step, 0.0), 3) for step in STEPS},
+        "total": round(total, 3),
+        "slowest_tenant": max(part["slowest_tenant"] for part in parts),
+        "counts": dict(sorted(counts.items())),
+        "statuses": dict(statuses),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "processes": workers,
+    }
+
+
+def _tick_share(tenants: list[Tenant], now: datetime) -> dict[str, Any]:
+    try:
+        return _tick_all(tenants, now)
+    finally:
+        connections.close_all()
+
+
 def _tick_all(tenants: list[Tenant], now: datetime) -> dict[str, Any]:
     """One tick of each tenant at ``now``: seconds per step summed over the tenants, the total, the
     counts the runs recorded, and the statuses."""
@@ -267,9 +308,10 @@ def run_tick_bench(
     seed: int,
     log: Callable[[str], None],
     vectors_share: float = 1.0,
+    workers: int = 1,
 ) -> dict[str, Any]:
-    """Load ``tenants`` tenants of ``episodes`` episodes, tick each twice ``days`` after the load,
-    and drop them (also when interrupted)."""
+    """Load ``tenants`` tenants of ``episodes`` episodes, tick each twice ``days`` after the load
+    (the tenants shared among ``workers`` processes), and drop them (also when interrupted)."""
     rng = np.random.default_rng(seed)
     loaded: list[Tenant] = []
     now = timezone.now()
@@ -286,16 +328,17 @@ def run_tick_bench(
         load_seconds = round(time.perf_counter() - began, 1)
         at = now + timedelta(days=days)
         log("first tick")
-        first = _tick_all(loaded, at)
+        first = _tick_in_processes(loaded, at, workers)
         log(f"  {_summary(first)}")
         log("second tick")
-        second = _tick_all(loaded, at)
+        second = _tick_in_processes(loaded, at, workers)
         log(f"  {_summary(second)}")
         return {
             "episodes": episodes,
             "tenants": tenants,
             "days": days,
             "vectors_share": vectors_share,
+            "workers": workers,
             "load_seconds": load_seconds,
             "ticks": {"first": first, "second": second},
         }
@@ -315,8 +358,9 @@ def format_table(result: dict[str, Any]) -> str:
     ticks = result["ticks"]
     lines = [
         f"{result['tenants']} tenant(s) x {result['episodes']} episodes, ticked {result['days']:g} day(s) "
-        f"after the load, {result['vectors_share']:.0%} of packed episodes with a vector "
-        f"(loaded in {result['load_seconds']} s)",
+        f"after the load, {result['vectors_share']:.0%} of packed episodes with a vector, "
+        f"{result['workers']} process(es) (loaded in {result['load_seconds']} s); total: wall seconds, "
+        "steps: seconds summed over the processes",
         f"{'step':<16}{'first s':>10}{'second s':>10}",
     ]
     for step in STEPS:

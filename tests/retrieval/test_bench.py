@@ -138,22 +138,27 @@ def test_bench_search_interrupted_drops_its_tenant_and_says_so_in_a_line(at):
     assert not Tenant.objects.filter(name__startswith=f"bench-search-{size}-").exists(), out + err
 
 
-def test_bench_tick_times_each_step_of_two_ticks_and_leaves_nothing_behind():
+@pytest.mark.parametrize("workers", [1, 2])
+def test_bench_tick_times_each_step_of_two_ticks_and_leaves_nothing_behind(workers):
+    """``--workers 2``: the tenants' ticks shared by two processes, as make run's worker does; the
+    total is wall time, the steps' seconds are summed over the processes."""
     from lifecycle.tick import STEPS
 
     tenants = Tenant.objects.count()
     out, log = io.StringIO(), io.StringIO()
     call_command(
         "bench", "tick", "--episodes", "300", "--tenants", "2", "--vectors", "0.5", "--json",
-        stdout=out, stderr=log,
+        "--workers", str(workers), stdout=out, stderr=log,
     )  # fmt: skip
     result = json.loads(out.getvalue())
     assert result["bench"] == "tick" and (result["tenants"], result["episodes"]) == (2, 300)
+    assert result["workers"] == workers
     first, second = result["ticks"]["first"], result["ticks"]["second"]
     for tick in (first, second):
         assert list(tick["steps"]) == list(STEPS)
         assert all(seconds >= 0 for seconds in tick["steps"].values())
-        assert sum(tick["steps"].values()) <= tick["total"] + 0.01
+        assert sum(tick["steps"].values()) <= workers * tick["total"] + 0.01
+        assert tick.get("processes", 1) == workers
         assert tick["statuses"] == {"succeeded": 2}
         assert 590 <= tick["counts"]["scored"] <= 600  # a few loaded forgotten
         assert len(tick["load_average"]) == 3

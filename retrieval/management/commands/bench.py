@@ -28,6 +28,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--vectors", type=float, default=1.0, help="tick: the share of packed episodes with a vector"
         )
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=1,
+            help="tick: processes sharing the tenants' ticks, as make run's worker processes (MEMORY_WORKERS) do",
+        )
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--keep", action="store_true", help="search: keep the loaded tenants")
@@ -113,5 +119,6 @@ class Command(BaseCommand):
             seed=opts["seed"],
             log=log,
             vectors_share=opts["vectors"],
+            workers=opts["workers"],
         )
         self.stdout.write(json.dumps({"bench": "tick", **result}) if opts["json"] else format_table(result))
