@@ -287,7 +287,10 @@ def test_merge_neighbours_in_memory_are_the_index_search_s(monkeypatch):
 
     from episodes.stores import rows
 
-    tenant, outsider = Caller("mem-a", embedder="provided").tenant, Caller("mem-b", embedder="provided").tenant
+    tenant, outsider = (
+        Caller("mem-a", embedder="provided").tenant,
+        Caller("mem-b", embedder="provided").tenant,
+    )
     rng = np.random.default_rng(7)
     centres = rng.normal(size=(6, 384))
     at = NOW - timedelta(days=40)
