@@ -1,0 +1,24 @@
+"""The console's "ago": "just now" under a minute, never "0 minutes ago"."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django.template import Context, Template
+
+from console.templatetags.console_time import ago
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def test_under_a_minute_is_just_now_and_after_it_the_time_ago():
+    assert ago(NOW - timedelta(seconds=30), NOW) == "just now"
+    assert ago(NOW + timedelta(seconds=5), NOW) == "just now"  # a clock a little ahead
+    assert ago(NOW - timedelta(minutes=5), NOW) == "5\xa0minutes ago"
+    assert ago(NOW - timedelta(hours=2, minutes=3), NOW) == "2\xa0hours, 3\xa0minutes ago"
+    assert ago(None, NOW) == ""
+
+
+def test_the_templates_write_it():
+    page = Template("{% load console_time %}{{ when|ago:now }}")
+    assert page.render(Context({"when": NOW - timedelta(seconds=10), "now": NOW})) == "just now"
