@@ -1,5 +1,6 @@
-"""How long ago something happened, as the console writes it: "just now" under a minute (Django's
-``timesince`` alone says "0 minutes"), else "5 minutes ago", "2 hours, 3 minutes ago"."""
+"""How the console writes times and names for people: ``ago`` ("just now" under a minute, where
+Django's ``timesince`` alone says "0 minutes"; else "5 minutes ago"), ``words`` (a step's or a
+count's name: "hot_to_warm" as "hot → warm")."""
 
 from __future__ import annotations
 
@@ -18,3 +19,9 @@ def ago(value: datetime | None, now: datetime | None = None) -> str:
         return ""
     said = timesince(value, now)
     return "just now" if said.startswith("0\xa0minutes") else f"{said} ago"
+
+
+@register.filter
+def words(name: str) -> str:
+    """``{{ step|words }}``: ``hot_to_warm`` -> ``hot → warm``, ``merge_candidates`` -> ``merge candidates``."""
+    return str(name).replace("_to_", " → ").replace("_", " ")

@@ -1,4 +1,4 @@
-"""The console's "ago": "just now" under a minute, never "0 minutes ago"."""
+"""The console's "ago" ("just now" under a minute, never "0 minutes ago") and "words"."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.template import Context, Template
 
-from console.templatetags.console_time import ago
+from console.templatetags.console_format import ago, words
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -20,5 +20,11 @@ def test_under_a_minute_is_just_now_and_after_it_the_time_ago():
 
 
 def test_the_templates_write_it():
-    page = Template("{% load console_time %}{{ when|ago:now }}")
+    page = Template("{% load console_format %}{{ when|ago:now }}")
     assert page.render(Context({"when": NOW - timedelta(seconds=10), "now": NOW})) == "just now"
+
+
+def test_step_names_read_as_words():
+    assert words("hot_to_warm") == "hot → warm"
+    assert words("merge_candidates") == "merge candidates"
+    assert words("scored") == "scored"
