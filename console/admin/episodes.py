@@ -14,6 +14,7 @@ from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from episodes import services as episode_services
@@ -45,11 +46,16 @@ class OutLinkInline(ReadOnlyInline):
 
     model = Link
     fk_name = "src"
-    fields = ("dst", "kind", "created_at")
+    fields = ("linked_to", "kind", "created_at")
     readonly_fields = fields
     extra = 0
     verbose_name = "outgoing link"
     verbose_name_plural = "outgoing links (read-only: made and removed through the API)"
+
+    @admin.display(description="to")
+    def linked_to(self, obj: Link) -> str:
+        url = reverse("admin:episodes_episode_change", args=[obj.dst_id])
+        return format_html('<a class="text-primary-600" href="{}">{}</a>', url, obj.dst)
 
 
 #: The buttons of an episode's page: (name, label, style), the service each calls in ``act``.

@@ -141,3 +141,15 @@ def test_the_policy_page_is_presets_and_a_few_settings_with_the_rest_folded(admi
     assert 'id="live-preview"' in page and "hx-post" in page
     assert admin_client.get("/admin/lifecycle/memorypolicy/add/").status_code == 403
     assert admin_client.post(f"/admin/lifecycle/memorypolicy/{policy.pk}/delete/").status_code == 403
+
+
+def test_an_episodes_outgoing_links_name_and_link_where_they_go(admin_client, aged):
+    from episodes.models import Link
+
+    source, target = aged.episodes.order_by("pk")[:2]
+    Link.objects.create(tenant=aged, src=source, dst=target, kind="related")
+    page = admin_client.get(f"/admin/episodes/episode/{source.pk}/change/").content.decode()
+    links = page.split("through the API)")[1]
+    assert 'class="column-linked_to' in links and 'data-label="to"' in links  # headed "to"
+    assert f'href="/admin/episodes/episode/{target.pk}/change/"' in links
+    assert "Dst" not in page
