@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
+from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils import timezone
@@ -292,7 +293,9 @@ def why_nothing_moves(tenant: Tenant, policy: Policy, now: datetime) -> list[str
                 f"The {policy.layer_rule} rule also keeps memories up while their scores are high."
             )
     hot_bytes = sum(e.hot_bytes or 0 for e in live if e.layer == Layer.HOT)
-    reasons.append(f"Hot holds {hot_bytes:,} of the {policy.hot_quota_bytes:,} bytes it may.")
+    reasons.append(
+        f"Hot holds {filesizeformat(hot_bytes)} of the {filesizeformat(policy.hot_quota_bytes)} it may."
+    )
     return reasons
 
 

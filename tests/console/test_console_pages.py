@@ -153,3 +153,12 @@ def test_an_episodes_outgoing_links_name_and_link_where_they_go(admin_client, ag
     assert 'class="column-linked_to' in links and 'data-label="to"' in links  # headed "to"
     assert f'href="/admin/episodes/episode/{target.pk}/change/"' in links
     assert "Dst" not in page
+
+
+def test_why_nothing_moves_says_the_hot_bytes_in_units(aged):
+    from console.admin.policy import why_nothing_moves
+    from lifecycle.models import read_policy
+
+    reasons = why_nothing_moves(aged, read_policy(aged), NOW)
+    said = [r for r in reasons if r.startswith("Hot holds")]
+    assert said and said[0].endswith("of the 64.0\xa0MB it may."), reasons
