@@ -102,6 +102,11 @@ def sidebar(request: HttpRequest) -> dict[str, Any]:
     }
 
 
+def favicon(request: HttpRequest) -> str:
+    """The console's tab icon (without one every page asked for /favicon.ico and got a 404)."""
+    return static("console/favicon.svg")
+
+
 def stylesheets(request: HttpRequest) -> str:
     """The console's own few rules (side-by-side reviews, figures, the preview's panel)."""
     return static("console/console.css")

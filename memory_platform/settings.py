@@ -241,6 +241,7 @@ UNFOLD = {
     "SHOW_HISTORY": False,
     "SIDEBAR": "console.navigation.sidebar",
     "STYLES": ["console.navigation.stylesheets"],
+    "SITE_FAVICONS": [{"rel": "icon", "type": "image/svg+xml", "href": "console.navigation.favicon"}],
 }
 
 TEMPLATES = [

@@ -162,3 +162,10 @@ def test_why_nothing_moves_says_the_hot_bytes_in_units(aged):
     reasons = why_nothing_moves(aged, read_policy(aged), NOW)
     said = [r for r in reasons if r.startswith("Hot holds")]
     assert said and said[0].endswith("of the 64.0\xa0MB it may."), reasons
+
+
+def test_every_page_names_its_icon_and_the_icon_is_served(admin_client):
+    page = admin_client.get("/admin/").content.decode()
+    assert 'href="/static/console/favicon.svg"' in page and 'rel="icon"' in page
+    icon = admin_client.get("/static/console/favicon.svg")
+    assert icon.status_code == 200 and b"<svg" in b"".join(icon.streaming_content)
