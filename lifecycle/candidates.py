@@ -108,8 +108,9 @@ def propose_merges(t: Tick) -> int:
     # Lowest score first, then the lowest id.
     low_rows = low_rows[np.lexsort((listing.ids[low_rows], listing.scores[low_rows]))][:MERGE_SCAN_LIMIT]
     low = [ids[i] for i in low_rows.tolist()]
+    packed_all = int(np.isin(listing.layer, [Layer.WARM, Layer.COLD]).sum())  # pinned ones too
     found = rows.merge_neighbours(
-        t.tenant, low, neighbours=MERGE_NEIGHBOURS, threshold=policy.merge_similarity
+        t.tenant, low, neighbours=MERGE_NEIGHBOURS, threshold=policy.merge_similarity, packed=packed_all
     )
     earlier, busy = _merge_history(t.tenant, {pk for a, b, _ in found for pk in (a, b)})
     pairs = [

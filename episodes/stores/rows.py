@@ -254,18 +254,20 @@ MERGE_IN_MEMORY = 5_000
 
 
 def merge_neighbours(
-    tenant: Tenant, episode_ids: Sequence[int], *, neighbours: int, threshold: float
+    tenant: Tenant, episode_ids: Sequence[int], *, neighbours: int, threshold: float, packed: int
 ) -> list[tuple[int, int, float]]:
     """(episode, neighbour, cosine) for up to ``neighbours`` nearest packed episodes of the same
     tenant, kind and ``MERGE_SCOPE`` of each, at or above ``threshold`` (``lifecycle.candidates``
     proposes merges from them). The owner is inside the nearest-neighbour search, so each
     episode's neighbours are its owner's (a filter afterwards would leave none where other
-    people wrote the same words)."""
+    people wrote the same words). ``packed``: how many packed episodes the tenant has, as the
+    caller's listing counted them; up to ``MERGE_IN_MEMORY`` they are ranked in memory."""
     if not episode_ids:
         return []
-    found = _merge_neighbours_in_memory(tenant, episode_ids, neighbours=neighbours, threshold=threshold)
-    if found is not None:
-        return found
+    if packed <= MERGE_IN_MEMORY:
+        found = _merge_neighbours_in_memory(tenant, episode_ids, neighbours=neighbours, threshold=threshold)
+        if found is not None:
+            return found
     with transaction.atomic(), connection.cursor() as cursor:
         # Packed episodes only. An owner's few are read through episode_packed_owner (tenant,
         # owner, kind; lifecycle migration 0011) and ranked exactly; a large owner's through the
@@ -292,8 +294,9 @@ def _merge_neighbours_in_memory(
     tenant: Tenant, episode_ids: Sequence[int], *, neighbours: int, threshold: float
 ) -> list[tuple[int, int, float]] | None:
     """``merge_neighbours`` ranked exactly in memory, as the search ranks a small owner's episodes
-    (the same candidates, cosine to float precision, ties by id); None when the tenant has more
-    than ``MERGE_IN_MEMORY`` embedded packed episodes, left to the index."""
+    (the same candidates, cosine to float precision, ties by id); None when the tenant has come
+    to hold more than ``MERGE_IN_MEMORY`` embedded packed episodes since they were counted, left
+    to the index."""
     scope = ", ".join(MERGE_SCOPE)
     found = db.fetch(
         f"SELECT id, layer IN ('warm', 'cold') AND state <> %s, kind, {scope}, embedding "

@@ -19,7 +19,7 @@ import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
@@ -255,16 +255,8 @@ def _tick_in_processes(tenants: list[Tenant], now: datetime, workers: int) -> di
         steps.update(part["steps"])
         counts.update(part["counts"])
         statuses.update(part["statuses"])
-    return {
-        "now": now.isoformat(),
-        "steps": {step: round(steps.get(step, 0.0), 3) for step in STEPS},
-        "total": round(total, 3),
-        "slowest_tenant": max(part["slowest_tenant"] for part in parts),
-        "counts": dict(sorted(counts.items())),
-        "statuses": dict(statuses),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "processes": workers,
-    }
+    slowest = max(part["slowest_tenant"] for part in parts)
+    return _figures(now, steps, total, slowest, counts, statuses, processes=workers)
 
 
 def _tick_share(tenants: list[Tenant], now: datetime) -> dict[str, Any]:
@@ -289,14 +281,28 @@ def _tick_all(tenants: list[Tenant], now: datetime) -> dict[str, Any]:
         slowest = max(slowest, time.perf_counter() - began)
         counts.update(run.counts)
         statuses[str(run.status)] += 1
+    return _figures(now, steps, time.perf_counter() - started, slowest, counts, statuses, processes=1)
+
+
+def _figures(
+    now: datetime,
+    steps: Mapping[str, float],
+    total: float,
+    slowest: float,
+    counts: Counter[str],
+    statuses: Counter[str],
+    *,
+    processes: int,
+) -> dict[str, Any]:
     return {
         "now": now.isoformat(),
         "steps": {step: round(steps.get(step, 0.0), 3) for step in STEPS},
-        "total": round(time.perf_counter() - started, 3),
+        "total": round(total, 3),
         "slowest_tenant": round(slowest, 3),
         "counts": dict(sorted(counts.items())),
         "statuses": dict(statuses),
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        "processes": processes,
     }
 
 

@@ -51,7 +51,9 @@ def without_owner_index(tenant, ids):
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("DROP INDEX episode_packed_owner")
-        found = rows.merge_neighbours(tenant, ids, neighbours=3, threshold=0.92)
+        found = rows.merge_neighbours(
+            tenant, ids, neighbours=3, threshold=0.92, packed=USERS * (SENTENCES + 1)
+        )
         transaction.set_rollback(True)  # the index comes back
     return found
 
@@ -93,5 +95,7 @@ def test_merge_neighbours_cost():
     timed("owner, without episode_packed_owner", lambda: without_owner_index(tenant, ids))
     timed(
         "owner (rows.merge_neighbours)",
-        lambda: rows.merge_neighbours(tenant, ids, neighbours=3, threshold=0.92),
+        lambda: rows.merge_neighbours(
+            tenant, ids, neighbours=3, threshold=0.92, packed=USERS * (SENTENCES + 1)
+        ),
     )
