@@ -66,9 +66,10 @@ class Tiers:
         # At once: the hot tier's search in a worker thread (BM25, then KNN with the query moved
         # towards its best matches), the packed turns' vector candidates for the query as it came
         # on another (on its own connection, outside a transaction), and full text in Postgres here.
-        hot = _hot_pool.submit(self._hot, vector, text) if self.hot and self.archive_scopes else None
+        # The packed vector statement is the longest of the three: it goes first.
         apart = vector is not None and bool(self.archive_scopes) and not connection.in_atomic_block
         pending = _hot_pool.submit(db.in_worker, self._candidates, vector) if apart else None
+        hot = _hot_pool.submit(self._hot, vector, text) if self.hot and self.archive_scopes else None
         archive_text = [
             hit
             for scope in (self.archive_scopes if text is not None else [])
@@ -76,6 +77,15 @@ class Tiers:
                 self.tenant, text=words, scope=scope, k=self.k, raw_turns=self.raw_turns
             )
         ]
+        # While the other tiers are still answering: the vectors of the packed text matches the
+        # query may be moved towards (``_moved``), the first ``docs`` of the packed list, since the
+        # merged list's first ``docs`` packed matches are among them.
+        docs = self.weights.feedback.docs
+        packed_vectors = (
+            archive.vectors_of(self.tenant, archive_text[:docs])
+            if vector is not None and pending is not None and docs > 0
+            else None
+        )
         if pending is not None:
             candidates = pending.result()
         else:
@@ -94,7 +104,7 @@ class Tiers:
         # Both tiers compared with one vector: the query moved towards the best full-text matches
         # of either tier. The hot KNN found its turns with the query moved by its own matches; they
         # and the packed candidates are ranked again here, by their vectors.
-        moved = self._moved(vector, text_list, hot_found, candidates)
+        moved = self._moved(vector, text_list, hot_found, candidates, packed_vectors)
         both: list[Match] = [*hot_vector, *candidates]
         ranked = archive.rescored(both, moved, 2 * self.k)
         return fuse(ranked, text_list, self.weights)
@@ -130,6 +140,7 @@ class Tiers:
         text_list: list[Match],
         hot_found: dict[str, np.ndarray],
         candidates: list[archive.ArchiveHit],
+        packed_vectors: dict[tuple[int, int | None], np.ndarray] | None = None,
     ) -> np.ndarray:
         feedback = self.weights.feedback
         best = text_list[: feedback.docs]
@@ -138,15 +149,14 @@ class Tiers:
         # The merged list's hot matches are among the hot tier's first ``docs`` text hits, whose
         # vectors its search read (those still there).
         found = [hot_found[m.doc_id] for m in best if isinstance(m, HotHit) and m.doc_id in hot_found]
-        # A packed match's vector: from the candidates when it is one, else read.
+        # A packed match's vector: from the candidates when it is one, else as read while the
+        # other tiers answered (``packed_vectors``), else read now.
         known = {(c.episode_id, c.turn_id): c.vector for c in candidates if c.vector is not None}
-        packed = [m for m in best if not isinstance(m, HotHit)]
-        found += [known[(m.episode_id, m.turn_id)] for m in packed if (m.episode_id, m.turn_id) in known]
-        unknown = [m for m in packed if (m.episode_id, m.turn_id) not in known]
-        if unknown:
-            found += archive.vectors_of(
-                self.tenant,
-                [m.turn_id for m in unknown if m.turn_id is not None],
-                [m.episode_id for m in unknown if m.turn_id is None],
+        packed = [m for m in best if isinstance(m, archive.ArchiveHit)]
+        if packed_vectors is None:
+            packed_vectors = archive.vectors_of(
+                self.tenant, [m for m in packed if (m.episode_id, m.turn_id) not in known]
             )
+        known.update(packed_vectors)
+        found += [known[(m.episode_id, m.turn_id)] for m in packed if (m.episode_id, m.turn_id) in known]
         return moved_towards(vector, found, feedback.weight)

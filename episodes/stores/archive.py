@@ -7,6 +7,7 @@ statement built here.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -263,17 +264,21 @@ def text_search(
     return hits
 
 
-def vectors_of(tenant: Tenant, turn_ids: list[int], episode_ids: list[int]) -> list[np.ndarray]:
-    """The vectors these packed turns (as ``vector_candidates`` returns them) and episodes (their
-    centroids) are searched by: what a query is moved towards (pseudo-relevance feedback)."""
+def vectors_of(tenant: Tenant, hits: Sequence[ArchiveHit]) -> dict[tuple[int, int | None], np.ndarray]:
+    """The vectors these packed turns and episodes (as ``text_search`` and ``vector_candidates``
+    return them: an episode by its centroid where ``turn_id`` is None) are searched by, by
+    (episode id, turn id): what a query is moved towards (pseudo-relevance feedback). A hit
+    without a vector is left out."""
+    turn_ids = [h.turn_id for h in hits if h.turn_id is not None]
+    episode_ids = [h.episode_id for h in hits if h.turn_id is None]
     if not turn_ids and not episode_ids:
-        return []
+        return {}
     tenant_id = tenant.pk
     rows = db.fetch(
-        f"SELECT coalesce(embedding + context_embedding, embedding) FROM {TURNS} "
-        f"WHERE tenant_id = %s AND id = ANY(%s) AND embedding IS NOT NULL "
-        f"UNION ALL SELECT embedding FROM {EPISODES} WHERE tenant_id = %s AND id = ANY(%s) "
-        f"AND embedding IS NOT NULL",
+        f"SELECT t.episode_id, t.id, coalesce(t.embedding + t.context_embedding, t.embedding) FROM {TURNS} t "
+        f"WHERE t.tenant_id = %s AND t.id = ANY(%s) AND t.embedding IS NOT NULL "
+        f"UNION ALL SELECT e.id, NULL::bigint, e.embedding FROM {EPISODES} e WHERE e.tenant_id = %s "
+        f"AND e.id = ANY(%s) AND e.embedding IS NOT NULL",
         [tenant_id, turn_ids, tenant_id, episode_ids],
     )
-    return [db.vector_of(row[0]) for row in rows]
+    return {(int(e), int(t) if t is not None else None): db.vector_of(v) for e, t, v in rows}
