@@ -169,11 +169,17 @@ def redis_footprint(tenant: Tenant, into: Footprint) -> None:
     store = hot_store()
     index = store.index_name(tenant_hex)
     if index in store.index_names():
-        info = client.execute_command("FT.INFO", index, **on_owner_of(client, index))
-        # RediSearch 2.10 keeps some of these as unsigned counters that wrap below zero once
-        # documents are removed (read as ~1.8e13 MB): such a part is left out, not summed.
-        parts = [float(info_field(info, part, 0) or 0) for part in INDEX_PARTS]
-        into.redis_index_bytes = round(sum(mb for mb in parts if 0 <= mb < _WRAPPED_MB) * _MB)
+        into.redis_index_bytes = index_bytes(
+            client.execute_command("FT.INFO", index, **on_owner_of(client, index))
+        )
+
+
+def index_bytes(info: Any) -> int:
+    """The bytes of a RediSearch index, the ``INDEX_PARTS`` of its ``FT.INFO`` reply summed."""
+    # RediSearch 2.10 keeps some of these as unsigned counters that wrap below zero once
+    # documents are removed (read as ~1.8e13 MB): such a part is left out, not summed.
+    parts = [float(info_field(info, part, 0) or 0) for part in INDEX_PARTS]
+    return round(sum(mb for mb in parts if 0 <= mb < _WRAPPED_MB) * _MB)
 
 
 def footprint(tenant: Tenant) -> Footprint:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 
 import pytest
 from django.conf import settings
@@ -139,6 +140,50 @@ def manage_py_environment(**extra: str) -> dict[str, str]:
         **extra,
     )
     return environ
+
+
+def interrupt_manage_py(
+    args: list[str], at: Callable[[str], bool], before: Callable[[], object] = lambda: None
+) -> tuple[int, str, str]:
+    """Run ``manage.py *args`` on this suite's servers and press Ctrl-C (SIGINT) at the first line
+    of its output for which ``at`` is true, after ``before`` (a check of what it has done by then);
+    returns its exit code, its output (the lines read before the signal included) and its errors.
+    Without such a line within the time, it is killed and the output says what was seen."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", *args],
+        cwd=Path(__file__).resolve().parents[1],
+        env=manage_py_environment(PYTHONUNBUFFERED="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A shell starting a job in the background (`make test &`, CI runners) hands it SIGINT
+        # ignored, and Python then installs no KeyboardInterrupt: give the command a terminal's Ctrl-C.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdout is not None
+    seen = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if at(line):
+            try:
+                before()
+            finally:  # a failed check still ends the command (and drops what it made)
+                proc.send_signal(signal.SIGINT)
+            break
+    else:
+        proc.kill()
+    out, err = proc.communicate(timeout=180)
+    return proc.returncode, "".join(seen) + out, err
 
 
 class Caller:

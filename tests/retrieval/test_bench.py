@@ -96,44 +96,20 @@ def test_bench_ingest_puts_the_embedders_own_throughput_beside_the_platforms():
 def test_bench_search_interrupted_drops_its_tenant_and_says_so_in_a_line(at):
     """Ctrl-C (SIGINT) during the load or the measurements: exit code 130, one line instead of a
     traceback, and the half-loaded or half-measured tenant dropped."""
-    import signal
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
+    from tests.conftest import interrupt_manage_py
 
-    from tests.conftest import manage_py_environment
-
-    root = Path(__file__).resolve().parents[2]
     size, marker = (20_000, "loaded 2000/") if at == "while loading" else (300, "measuring service")
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "bench", "search", "--sizes", str(size), "--queries", "2000"],
-        cwd=root,
-        env=manage_py_environment(PYTHONUNBUFFERED="1"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # A shell starting a job in the background (`make test &`, CI runners) hands it SIGINT
-        # ignored, and Python then installs no KeyboardInterrupt: give the command a terminal's Ctrl-C.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+
+    def loaded() -> None:
+        assert Tenant.objects.filter(name__startswith=f"bench-search-{size}-").exists()
+
+    code, out, err = interrupt_manage_py(
+        ["bench", "search", "--sizes", str(size), "--queries", "2000"],
+        at=lambda line: marker in line,
+        before=loaded,
     )
-    assert proc.stdout is not None
-    seen = []
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if marker in line:
-            assert Tenant.objects.filter(name__startswith=f"bench-search-{size}-").exists()
-            proc.send_signal(signal.SIGINT)
-            break
-    else:
-        proc.kill()
-    out, err = proc.communicate(timeout=180)
-    assert any(marker in line for line in seen), "".join(seen) + out + err
-    assert proc.returncode == 130, out + err
+    assert marker in out, out + err
+    assert code == 130, out + err
     assert "Traceback" not in err and "interrupted: the tenants it loaded were dropped" in err, err
     assert not Tenant.objects.filter(name__startswith=f"bench-search-{size}-").exists(), out + err
 
@@ -203,42 +179,17 @@ def test_bench_search_compares_the_default_redis_with_a_cluster_query_by_query(m
 
 def test_bench_tick_interrupted_while_loading_drops_its_tenant():
     """Ctrl-C during `bench tick`'s load: exit code 130, one line, the half-loaded tenant dropped."""
-    import signal
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
+    from tests.conftest import interrupt_manage_py
 
-    from tests.conftest import manage_py_environment
+    def loading() -> None:
+        assert Tenant.objects.filter(name__startswith="bench-tick-20000-").exists()
 
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "bench", "tick", "--episodes", "20000", "--vectors", "0"],
-        cwd=root,
-        env=manage_py_environment(PYTHONUNBUFFERED="1"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # A shell starting a job in the background (`make test &`, CI runners) hands it SIGINT
-        # ignored, and Python then installs no KeyboardInterrupt: give the command a terminal's Ctrl-C.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    code, out, err = interrupt_manage_py(
+        ["bench", "tick", "--episodes", "20000", "--vectors", "0"],
+        at=lambda line: "loaded 5000/" in line,
+        before=loading,
     )
-    assert proc.stdout is not None
-    seen = []
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if "loaded 5000/" in line:
-            assert Tenant.objects.filter(name__startswith="bench-tick-20000-").exists()
-            proc.send_signal(signal.SIGINT)
-            break
-    else:
-        proc.kill()
-    out, err = proc.communicate(timeout=180)
-    assert any("loaded 5000/" in line for line in seen), "".join(seen) + out + err
-    assert proc.returncode == 130, out + err
+    assert "loaded 5000/" in out, out + err
+    assert code == 130, out + err
     assert "Traceback" not in err and "interrupted: the tenants it loaded were dropped" in err, err
     assert not Tenant.objects.filter(name__startswith="bench-tick-20000-").exists()

@@ -12,19 +12,30 @@ class Command(BaseCommand):
         "and the platform's share of it. `bench search`: search latency at 10k/100k episodes through the "
         "service and over HTTP, beside the floor (the embedding, Redis and Postgres alone). `bench tick`: the "
         "lifecycle tick step by step over `--tenants` tenants of `--episodes` episodes, a first tick "
-        "`--days` after the load and a second at the same time."
+        "`--days` after the load and a second at the same time. `bench soak`: `--minutes` of ingest, "
+        "searches, unpacks, forgetting and ticks on `--tenants` tenants with a simulated clock running "
+        "`--days` days, the embedded Redis restarted once near the middle (not with `--no-restart`); every "
+        "`--interval` minutes a row: operations and errors, search p95, memory of this process, Redis and "
+        "Postgres, dead tuples, GIN indexes, the tenants' RediSearch bytes and records per document. Then a "
+        "verdict: over the samples of the last half a least-squares line per metric, which grows when it "
+        "rises by more than 20% of its mean there and more than the metric's floor (docs/benchmarks.md)."
     )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("what", choices=["ingest", "search", "tick"])
+        parser.add_argument("what", choices=["ingest", "search", "tick", "soak"])
         parser.add_argument("--turns", type=int, default=2000, help="ingest: turns per mode")
         parser.add_argument("--batch", type=int, default=100, help="ingest: turns per call")
         parser.add_argument("--modes", default="durable,provided,local")
         parser.add_argument("--sizes", default="10000,100000", help="search: episode counts")
         parser.add_argument("--queries", type=int, default=200, help="search: queries per measurement")
         parser.add_argument("--episodes", type=int, default=10_000, help="tick: episodes per tenant")
-        parser.add_argument("--tenants", type=int, default=1, help="tick: tenants")
-        parser.add_argument("--days", type=float, default=1.0, help="tick: days from the load to the ticks")
+        parser.add_argument("--tenants", type=int, default=None, help="tick: tenants (1); soak: tenants (3)")
+        parser.add_argument(
+            "--days",
+            type=float,
+            default=None,
+            help="tick: days from the load to the ticks (1); soak: simulated days (300)",
+        )
         parser.add_argument(
             "--vectors", type=float, default=1.0, help="tick: the share of packed episodes with a vector"
         )
@@ -51,6 +62,18 @@ class Command(BaseCommand):
             action="store_true",
             help="search: reuse a tenant kept by an earlier --keep run (and keep it)",
         )
+        soak = parser.add_argument_group("soak")
+        soak.add_argument("--minutes", type=float, default=60.0, help="soak: how long (fractions allowed)")
+        soak.add_argument("--interval", type=float, default=5.0, help="soak: minutes between two rows")
+        soak.add_argument(
+            "--embedder",
+            choices=["provided", "local"],
+            default="provided",
+            help="soak: turns and queries with caller vectors, or embedded by the local model",
+        )
+        soak.add_argument("--turns-per-s", type=float, default=20.0, help="soak: turns ingested a second")
+        soak.add_argument("--searches-per-s", type=float, default=10.0, help="soak: searches a second")
+        soak.add_argument("--no-restart", action="store_true", help="soak: leave Redis running throughout")
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
         log = (lambda msg: self.stderr.write(msg)) if opts["json"] else (lambda msg: self.stdout.write(msg))
@@ -89,6 +112,9 @@ class Command(BaseCommand):
         if opts["what"] == "tick":
             self._tick(opts, log)
             return
+        if opts["what"] == "soak":
+            self._soak(opts, log)
+            return
         try:
             from retrieval.bench.search import run_search_bench
         except ImportError as exc:
@@ -114,11 +140,42 @@ class Command(BaseCommand):
 
         result = run_tick_bench(
             episodes=opts["episodes"],
-            tenants=opts["tenants"],
-            days=opts["days"],
+            tenants=1 if opts["tenants"] is None else opts["tenants"],
+            days=1.0 if opts["days"] is None else opts["days"],
             seed=opts["seed"],
             log=log,
             vectors_share=opts["vectors"],
             workers=opts["workers"],
         )
         self.stdout.write(json.dumps({"bench": "tick", **result}) if opts["json"] else format_table(result))
+
+    def _soak(self, opts, log):  # type: ignore[no-untyped-def]
+        from retrieval.bench.soak import SoakSettings, run_soak
+        from retrieval.bench.soak_report import format_verdict, header, row
+
+        config = SoakSettings(
+            minutes=opts["minutes"],
+            interval=opts["interval"],
+            tenants=3 if opts["tenants"] is None else opts["tenants"],
+            seed=opts["seed"],
+            embedder=opts["embedder"],
+            restart=not opts["no_restart"],
+            days=300.0 if opts["days"] is None else opts["days"],
+            turns_per_s=opts["turns_per_s"],
+            searches_per_s=opts["searches_per_s"],
+        )
+        try:
+            config.check()
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        # The tick purges every few seconds, each time with a line: the rows are what to read.
+        logging.getLogger("lifecycle.forgetting").setLevel(logging.WARNING)
+
+        def each(sample):  # type: ignore[no-untyped-def]
+            # Each row as it is taken, on the log with --json (the document comes at the end).
+            if not sample["minute"]:
+                log(header())
+            log(row(sample))
+
+        result = run_soak(config, log, each)
+        self.stdout.write(json.dumps({"bench": "soak", **result}) if opts["json"] else format_verdict(result))
