@@ -358,3 +358,23 @@ def test_a_server_embedded_search_equals_one_with_the_same_vector_from_the_calle
     assert len(embedded["results"]) == 4 and {r["layer"] for r in embedded["results"]} == {"hot", "warm"}
     assert ranked(embedded) == ranked(sent)
     assert not embedded["degraded"]
+
+
+def test_vectors_stay_in_their_rows_not_in_toast(caller):
+    """An episode's vector and a turn's two are read with their rows (migration 0024): out of line,
+    each read of one is another lookup in the table's TOAST relation."""
+    turns(caller, "inline", ["a turn long enough to be a turn " * 8, "and its reply, as long " * 8])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), count(pg_column_toast_chunk_id(embedding)) FROM episodes_episode "
+            "WHERE embedding IS NOT NULL"
+        )
+        episodes, out_of_line = cursor.fetchone()
+        cursor.execute(
+            "SELECT count(*), count(pg_column_toast_chunk_id(embedding)), "
+            "count(pg_column_toast_chunk_id(context_embedding)) FROM episodes_turn "
+            "WHERE embedding IS NOT NULL AND context_embedding IS NOT NULL"
+        )
+        turn_rows, turns_out, windows_out = cursor.fetchone()
+    assert episodes >= 1 and turn_rows >= 2
+    assert (out_of_line, turns_out, windows_out) == (0, 0, 0)
