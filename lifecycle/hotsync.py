@@ -13,14 +13,24 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db.models import Q
-
 from episodes.indexing import episodes_index_hot, hot_remove_packed, is_live_hot
 from episodes.models import Episode, Layer, State
 from episodes.stores.hot import HotUnavailable, hot_store
+from episodes.stores.tables import EPISODES
+from memory_platform import db
 from memory_platform.tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
+
+#: (id, live hot, marked, has a vector) of the tenant's live hot episodes, then of its other
+#: episodes marked for re-indexing: each part through its own index ((tenant, layer) and the
+#: partial ``episode_needs_reindex``).
+_REPAIR_ROWS = (
+    f"SELECT e.id, true, e.needs_reindex, e.embedding IS NOT NULL FROM {EPISODES} e "
+    f"WHERE e.tenant_id = %s AND e.layer = '{Layer.HOT.value}' AND e.state <> %s "
+    f"UNION ALL SELECT e.id, false, true, false FROM {EPISODES} e "
+    f"WHERE e.tenant_id = %s AND e.needs_reindex AND NOT (e.layer = '{Layer.HOT.value}' AND e.state <> %s)"
+)
 
 
 def sync_episode(tenant_id: Any, episode_id: int) -> bool:
@@ -46,8 +56,18 @@ def hot_repair(*, tenant: Tenant, limit: int = 10_000) -> dict[str, int]:
     # Redis first, then Postgres: an episode that reaches Redis after our read has committed in
     # Postgres before it, so the Postgres read below already sees it hot (no false "stale").
     in_redis = store.episode_ids(tenant.id.hex, limit=limit)
-    live = Episode.objects.for_tenant(tenant).filter(layer=Layer.HOT).exclude(state=State.FORGOTTEN)
-    live_hot: dict[int, bool] = dict(live.values_list("pk", "needs_reindex"))
+    # In one statement: the live hot episodes (marked or not, with a vector or not), and the
+    # others marked for re-indexing.
+    live_hot: dict[int, bool] = {}
+    with_vector: set[int] = set()
+    marked_packed: list[int] = []
+    for pk, live, marked, vector in db.fetch(_REPAIR_ROWS, [tenant.pk, State.FORGOTTEN] * 2):
+        if not live:
+            marked_packed.append(int(pk))
+            continue
+        live_hot[int(pk)] = bool(marked)
+        if vector:
+            with_vector.add(int(pk))
     removed = indexed = 0
     stale = in_redis - set(live_hot)
     if stale:
@@ -59,17 +79,11 @@ def hot_repair(*, tenant: Tenant, limit: int = 10_000) -> dict[str, int]:
                 store.remove_episode(tenant.id.hex, episode_id, [])
                 removed += 1
     # Packed or forgotten episodes whose removal was missed (a crash after the commit, Redis down).
-    missed = (
-        Episode.objects.for_tenant(tenant)
-        .filter(needs_reindex=True)
-        .exclude(Q(layer=Layer.HOT) & ~Q(state=State.FORGOTTEN))
-        .exclude(pk__in=stale)
-        .select_related("tenant")
-    )
-    for episode in missed:
-        removed += int(hot_remove_packed(episode))
+    missed = [pk for pk in marked_packed if pk not in stale]
+    if missed:
+        for episode in Episode.objects.for_tenant(tenant).filter(pk__in=missed).select_related("tenant"):
+            removed += int(hot_remove_packed(episode))
     # Live hot episodes without their episode document (only those with an embedding get one).
-    with_vector = set(live.filter(embedding__isnull=False).values_list("pk", flat=True))
     to_index = sorted((with_vector - in_redis) | {pk for pk, marked in live_hot.items() if marked})
     if to_index:
         indexed = episodes_index_hot(tenant.pk, to_index)
