@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Q, QuerySet
 
 from memory_platform import db
 from memory_platform.tenancy.models import Tenant
@@ -92,37 +92,32 @@ def episode_list(
 
 def degrees(tenant: Tenant, episode_ids: Sequence[int]) -> dict[int, tuple[int, int]]:
     """(in_degree, out_degree) per episode, derived from links, never stored."""
-    result = {e: (0, 0) for e in episode_ids}
-    rows = (
-        Episode.objects.for_tenant(tenant)
-        .filter(pk__in=list(episode_ids))
-        .annotate(
-            in_deg=Count("in_links", distinct=True, filter=Q(in_links__src__state__in=_LIVE)),
-            out_deg=Count("out_links", distinct=True, filter=Q(out_links__dst__state__in=_LIVE)),
-        )
-        .values_list("pk", "in_deg", "out_deg")
-    )
-    for pk, in_deg, out_deg in rows:
-        result[pk] = (in_deg, out_deg)
-    return result
+    return {pk: (0, 0) for pk in episode_ids} | _degree_counts(tenant, list(episode_ids))
 
 
 def tenant_degrees(tenant: Tenant) -> dict[int, tuple[int, int]]:
-    """``degrees`` of every episode of the tenant with a link (absent: (0, 0)), counted on the links
-    alone, a GROUP BY each way in one statement: the annotation in ``degrees`` joins every episode
-    with its links both ways, and over a whole tenant that took seconds a tick
-    (docs/decisions/0056)."""
+    """``degrees`` of every episode of the tenant with a link (absent: (0, 0))."""
+    return _degree_counts(tenant, None)
+
+
+def _degree_counts(tenant: Tenant, episode_ids: list[int] | None) -> dict[int, tuple[int, int]]:
+    """(in, out) of the episodes with a link (of ``episode_ids``, or of the whole tenant), counted on
+    the links alone, a GROUP BY each way in one statement, each link's other end joined on
+    (tenant, id) and counted while it is live. Joining every episode with its links both ways
+    took seconds a tick over a whole tenant (docs/decisions/0056)."""
+    only = " AND l.{counted} = ANY(%s)" if episode_ids is not None else ""
     each_way = (
         "SELECT {way}, l.{counted}, count(*) FROM {links} l JOIN {episodes} o "
         "ON o.tenant_id = l.tenant_id AND o.id = l.{other} "
-        "WHERE l.tenant_id = %s AND o.state = ANY(%s) GROUP BY l.{counted}"
+        f"WHERE l.tenant_id = %s AND o.state = ANY(%s){only} GROUP BY l.{{counted}}"
     )
+    params: list[Any] = [tenant.pk, _LIVE] + ([episode_ids] if episode_ids is not None else [])
     rows = db.fetch(
         " UNION ALL ".join(
             each_way.format(way=way, counted=counted, other=other, links=LINKS, episodes=EPISODES)
             for way, counted, other in ((0, "dst_id", "src_id"), (1, "src_id", "dst_id"))
         ),
-        [tenant.pk, _LIVE, tenant.pk, _LIVE],
+        params * 2,
     )
     found: dict[int, list[int]] = {}
     for way, pk, n in rows:
