@@ -39,7 +39,7 @@ METRICS = (
     Metric("gin_pending_pages", "GIN pending pages", lambda s: s["gin"]["pending_pages"], 10.0),
     Metric("gin_mb", "GIN indexes MB", lambda s: s["gin"]["size_mb"], 1.0),
     Metric("index_bytes_per_doc", "RediSearch bytes/doc", _redisearch("bytes_per_doc"), 100.0),
-    Metric("records_per_doc", "RediSearch records/doc", _redisearch("records_per_doc"), 1.0),
+    Metric("entries_per_doc", "RediSearch entries/doc", _redisearch("entries_per_doc"), 1.0),
 )
 
 
@@ -103,7 +103,7 @@ COLUMNS: tuple[tuple[str, int, Callable[[dict[str, Any]], str]], ...] = (
     ("GIN pend", 9, lambda s: _n(s["gin"]["pending_pages"])),
     ("FT docs", 8, lambda s: _n((s["redisearch"] or {}).get("docs"))),
     ("FT B/doc", 9, lambda s: _n((s["redisearch"] or {}).get("bytes_per_doc"))),
-    ("rec/doc", 8, lambda s: _n((s["redisearch"] or {}).get("records_per_doc"), 1)),
+    ("ent/doc", 8, lambda s: _n((s["redisearch"] or {}).get("entries_per_doc"), 1)),
     ("h/w/c/f episodes", 22, lambda s: "/".join(str(n) for n in s["episodes"].values())),
 )
 

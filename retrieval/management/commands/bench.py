@@ -16,7 +16,7 @@ class Command(BaseCommand):
         "searches, unpacks, forgetting and ticks on `--tenants` tenants with a simulated clock running "
         "`--days` days, the embedded Redis restarted once near the middle (not with `--no-restart`); every "
         "`--interval` minutes a row: operations and errors, search p95, memory of this process, Redis and "
-        "Postgres, dead tuples, GIN indexes, the tenants' RediSearch bytes and records per document. Then a "
+        "Postgres, dead tuples, GIN indexes, the tenants' RediSearch bytes and entries per document. Then a "
         "verdict: over the samples of the last half a least-squares line per metric, which grows when it "
         "rises by more than 20% of its mean there and more than the metric's floor (docs/benchmarks.md)."
     )
