@@ -322,7 +322,9 @@ def _merge_neighbours_in_memory(
         targets = [k for k, row in enumerate(rows_) if row[1]]
         if not sources or not targets:
             continue
-        vectors = np.array([db.vector_of(row[-1]) for row in rows_], dtype=np.float64)
+        # In float32, as pgvector sums its cosines (and at half float64's cost: the matrix is most
+        # of a merge scan's time in Python).
+        vectors = np.stack([db.vector_of(row[-1]) for row in rows_])
         norms = np.linalg.norm(vectors, axis=1)
         ids = np.array([row[0] for row in rows_])
         with np.errstate(divide="ignore", invalid="ignore"):
