@@ -144,6 +144,11 @@ def server_args(conf: Path, *, port: int, datadir: Path, pidfile: Path, maxmemor
         "yes",
         "--appendfsync",
         "everysec",
+        # No snapshots besides the append-only file's own: a server with it on loads from it and
+        # never reads dump.rdb, which Redis would otherwise write by forking every minute of
+        # steady writes (and once more on every stop).
+        "--save",
+        "",
         "--maxmemory",
         maxmemory,
         "--maxmemory-policy",
@@ -224,9 +229,22 @@ class EmbeddedRedis:
         return f"redis://:{self.password()}@127.0.0.1:{self.port()}/0"
 
     def _client(self, port: int, timeout: float) -> Any:
+        """A client that tries once. redis-py retries a command that meets a closed connection three
+        times, backing off a second and more between tries: that is what a SHUTDOWN meets (the
+        server exits without answering), and what a ping meets while the server starts, so with
+        the default a stop took ~3.5 s after the server had gone and a start waited seconds more
+        than the server took. ``stop`` and ``_wait_ready`` poll on their own."""
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
-        return redis.Redis(host="127.0.0.1", port=port, password=self.password(), socket_timeout=timeout)
+        return redis.Redis(
+            host="127.0.0.1",
+            port=port,
+            password=self.password(),
+            socket_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
 
     def start(self, timeout: float = 30.0) -> RedisStatus:
         if self._pid() is not None:
