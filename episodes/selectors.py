@@ -105,19 +105,18 @@ def _degree_counts(tenant: Tenant, episode_ids: list[int] | None) -> dict[int, t
     the links alone, a GROUP BY each way in one statement, each link's other end joined on
     (tenant, id) and counted while it is live. Joining every episode with its links both ways
     took seconds a tick over a whole tenant (docs/decisions/0056)."""
-    only = " AND l.{counted} = ANY(%s)" if episode_ids is not None else ""
-    each_way = (
-        "SELECT {way}, l.{counted}, count(*) FROM {links} l JOIN {episodes} o "
-        "ON o.tenant_id = l.tenant_id AND o.id = l.{other} "
-        f"WHERE l.tenant_id = %s AND o.state = ANY(%s){only} GROUP BY l.{{counted}}"
-    )
+
+    def each_way(way: int, counted: str, other: str) -> str:
+        only = f" AND l.{counted} = ANY(%s)" if episode_ids is not None else ""
+        return (
+            f"SELECT {way}, l.{counted}, count(*) FROM {LINKS} l JOIN {EPISODES} o "
+            f"ON o.tenant_id = l.tenant_id AND o.id = l.{other} "
+            f"WHERE l.tenant_id = %s AND o.state = ANY(%s){only} GROUP BY l.{counted}"
+        )
+
     params: list[Any] = [tenant.pk, _LIVE] + ([episode_ids] if episode_ids is not None else [])
     rows = db.fetch(
-        " UNION ALL ".join(
-            each_way.format(way=way, counted=counted, other=other, links=LINKS, episodes=EPISODES)
-            for way, counted, other in ((0, "dst_id", "src_id"), (1, "src_id", "dst_id"))
-        ),
-        params * 2,
+        f"{each_way(0, 'dst_id', 'src_id')} UNION ALL {each_way(1, 'src_id', 'dst_id')}", params * 2
     )
     found: dict[int, list[int]] = {}
     for way, pk, n in rows:
