@@ -133,9 +133,10 @@ class HotStore:
         Each tenant has its own index over its own keys (see ``keys.hot_schema``). A new index
         skips RediSearch's initial scan of the whole keyspace (a cost per new tenant that grows
         with the platform), since documents are written after their index exists; except after
-        an index over existing documents was dropped (an upgrade from the shared index, or a
-        switch of algorithm: ``keys.BACKFILL_MARKER``). Then it indexes them in the background and
-        the first use waits for that, up to INITIAL_SCAN_WAIT seconds. (An index an operator drops
+        an index over existing documents was dropped (an upgrade from the shared index or from
+        an earlier version's, or a switch of algorithm: ``keys.BACKFILL_MARKER``). Then it
+        indexes them in the background and the first use waits for that, up to
+        INITIAL_SCAN_WAIT seconds. (An index an operator drops
         by hand comes back empty: `manage.py rebuild_hot` indexes the tenant again.)"""
         name = self.index_name(tenant_hex)
         if name in self._ensured:
@@ -154,6 +155,10 @@ class HotStore:
         # algorithm's, and this one's under its name from before the hash tag.
         stale = [keys.index_name(tenant_hex, a) for a in keys.ALGORITHMS if a != algorithm]
         stale += [keys.untagged_index_name(tenant_hex, a) for a in keys.ALGORITHMS]
+        # And this tenant's index of an earlier version over the same documents.
+        stale += [
+            keys.index_name(tenant_hex, a, base) for base in keys.REINDEXED_BASES for a in keys.ALGORITHMS
+        ]
         if not self._legacy_dropped:
             stale += list(keys.LEGACY_INDEXES)
         for dropped in self._drop_indexes(stale):
@@ -324,7 +329,7 @@ class HotStore:
     def drop_tenant(self, tenant_hex: str) -> int:
         """Remove the tenant's documents and its index (the index first: deleting documents from
         a live index costs an index update each)."""
-        bases = (keys.INDEX_BASE, *keys.OUTDATED_BASES)
+        bases = (keys.INDEX_BASE, *keys.REINDEXED_BASES, *keys.OUTDATED_BASES)
         names = [
             spelling(tenant_hex, a, base)
             for spelling in (keys.index_name, keys.untagged_index_name)

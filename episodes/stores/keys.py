@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from memory_platform.redis_client import tenant_tag
 
-INDEX_BASE = "mp:idx:hot:v5"
+INDEX_BASE = "mp:idx:hot:v6"
 ALGORITHMS = ("FLAT", "HNSW")
+# Per-tenant indexes of earlier versions whose documents this version reads as they are: dropped
+# when found, their documents kept and scanned in by the tenant's new index (``keys.BACKFILL_MARKER``).
+# v5: FLAT vector blocks of RediSearch's default 1,024 vectors (see ``VECTOR_BLOCK``).
+REINDEXED_BASES = ("mp:idx:hot:v5",)
 # Per-tenant indexes of earlier versions whose documents hold tag values this version does not
 # filter correctly (raw, not `exact`): dropped with their documents when found; `rebuild_hot`
 # (make run does it on start) indexes the tenants again from Postgres.
@@ -69,6 +73,13 @@ def tenant_pattern(tenant_hex: str) -> str:
     return f"{tenant_tag(tenant_hex)}:*"
 
 
+#: Vectors per block of a tenant's FLAT index. RediSearch allocates a whole block with the first
+#: vector: at its default of 1,024, a tenant with a single hot turn held 1.9 MB of Redis, so 1,000
+#: tenants filled a 1 GB Redis with empty blocks; at 128, 0.33 MB, and a KNN over 20,000 documents
+#: answers as fast (docs/decisions/0058-a-thousand-tenants-in-one-redis.md).
+VECTOR_BLOCK = 128
+
+
 def hot_schema(tenant_hex: str, dim: int, algorithm: str = "FLAT") -> dict:
     """A tenant's hot index: its turn documents and one document per hot episode, told apart by
     ``doctype``. It covers the tenant's keys only (its key prefix): its KNN compares the tenant's
@@ -86,6 +97,8 @@ def hot_schema(tenant_hex: str, dim: int, algorithm: str = "FLAT") -> dict:
     }
     if algorithm.upper() == "HNSW":
         vector_attrs.update({"m": 16, "ef_construction": 200})
+    else:
+        vector_attrs["block_size"] = VECTOR_BLOCK
     return {
         "index": {
             "name": index_name(tenant_hex, algorithm),
