@@ -315,29 +315,37 @@ def run_tick_bench(
     log: Callable[[str], None],
     vectors_share: float = 1.0,
     workers: int = 1,
+    keep: bool = False,
+    reuse: bool = False,
 ) -> dict[str, Any]:
     """Load ``tenants`` tenants of ``episodes`` episodes, tick each twice ``days`` after the load
-    (the tenants shared among ``workers`` processes), and drop them (also when interrupted)."""
+    (the tenants shared among ``workers`` processes), and drop them (also when interrupted) unless
+    ``keep``. ``reuse``: tick the tenants of this size an earlier ``keep`` run left (loading only
+    those missing), ``days`` after now; their earlier ticks have moved what was due then."""
     rng = np.random.default_rng(seed)
+    kept = list(kept_tenants(episodes)[:tenants]) if reuse else []
     loaded: list[Tenant] = []
     now = timezone.now()
     try:
-        log(f"loading {tenants} tenant(s) of {episodes} episodes")
+        if kept:
+            log(f"reusing {len(kept)} kept tenant(s) of {episodes} episodes")
+        log(f"loading {tenants - len(kept)} tenant(s) of {episodes} episodes")
         began = time.perf_counter()
-        for k in range(tenants):
+        for k in range(tenants - len(kept)):
             load_tenant(episodes, rng, now, log, loaded, vectors_share=vectors_share)
             if tenants > 1 and (k + 1) % max(1, tenants // 20) == 0:
-                log(f"  loaded {k + 1}/{tenants} tenants")
+                log(f"  loaded {k + 1}/{tenants - len(kept)} tenants")
         with connection.cursor() as cursor:
             # Fresh planner statistics, as autovacuum leaves them after a bulk load.
             cursor.execute(f"ANALYZE {EPISODES}, {TURNS}")
         load_seconds = round(time.perf_counter() - began, 1)
-        at = now + timedelta(days=days)
+        ticked = kept + loaded
+        at = timezone.now() + timedelta(days=days) if kept else now + timedelta(days=days)
         log("first tick")
-        first = _tick_in_processes(loaded, at, workers)
+        first = _tick_in_processes(ticked, at, workers)
         log(f"  {_summary(first)}")
         log("second tick")
-        second = _tick_in_processes(loaded, at, workers)
+        second = _tick_in_processes(ticked, at, workers)
         log(f"  {_summary(second)}")
         return {
             "episodes": episodes,
@@ -345,13 +353,22 @@ def run_tick_bench(
             "days": days,
             "vectors_share": vectors_share,
             "workers": workers,
+            "reused": len(kept),
             "load_seconds": load_seconds,
             "ticks": {"first": first, "second": second},
         }
     finally:
-        log(f"dropping {len(loaded)} tenant(s)")
-        for tenant in loaded:
-            drop_tenant(tenant, now=timezone.now(), log=lambda line: None)
+        if keep or reuse:
+            log(f"keeping {len(kept) + len(loaded)} tenant(s) (bench tick --reuse ticks them again)")
+        else:
+            log(f"dropping {len(loaded)} tenant(s)")
+            for tenant in loaded:
+                drop_tenant(tenant, now=timezone.now(), log=lambda line: None)
+
+
+def kept_tenants(episodes: int) -> list[Tenant]:
+    """The tenants of ``episodes`` episodes a ``keep`` run left, oldest first."""
+    return list(Tenant.objects.filter(name__startswith=f"{NAME}-{episodes}-").order_by("created_at"))
 
 
 def _summary(tick: dict[str, Any]) -> str:
@@ -365,7 +382,8 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [
         f"{result['tenants']} tenant(s) x {result['episodes']} episodes, ticked {result['days']:g} day(s) "
         f"after the load, {result['vectors_share']:.0%} of packed episodes with a vector, "
-        f"{result['workers']} process(es) (loaded in {result['load_seconds']} s); total: wall seconds, "
+        f"{result['workers']} process(es) (loaded in {result['load_seconds']} s"
+        f"{', ' + str(result['reused']) + ' reused' if result.get('reused') else ''}); total: wall seconds, "
         "steps: seconds summed over the processes",
         f"{'step':<16}{'first s':>10}{'second s':>10}",
     ]

@@ -145,6 +145,36 @@ def test_bench_tick_times_each_step_of_two_ticks_and_leaves_nothing_behind(worke
     assert Tenant.objects.count() == tenants  # both dropped
 
 
+def test_bench_tick_keeps_its_tenants_and_ticks_them_again_with_reuse():
+    """``--keep`` leaves the loaded tenants; ``--reuse`` ticks them again (loading only those
+    missing), a day after now, and keeps them; a run without either drops what it loaded."""
+    tenants = Tenant.objects.count()
+
+    def bench(count, flag):
+        out = io.StringIO()
+        call_command(
+            "bench", "tick", "--episodes", "200", "--tenants", str(count), "--vectors", "0", "--json", flag,
+            stdout=out, stderr=io.StringIO(),
+        )  # fmt: skip
+        return json.loads(out.getvalue())
+
+    # One kept from a first run; a --reuse of two ticks it and loads one more.
+    first = bench(1, "--keep")
+    kept = list(Tenant.objects.filter(name__startswith="bench-tick-200-"))
+    assert first["reused"] == 0 and len(kept) == 1
+    again = bench(2, "--reuse")
+    assert again["reused"] == 1 and again["ticks"]["first"]["statuses"] == {"succeeded": 2}
+    assert again["ticks"]["first"]["counts"]["scored"] >= 2 * 190  # both tenants ticked
+    assert Tenant.objects.filter(name__startswith="bench-tick-200-").count() == 2
+    from django.utils import timezone
+
+    from rights.deletion import drop_tenant
+
+    for tenant in Tenant.objects.filter(name__startswith="bench-tick-200-"):
+        drop_tenant(tenant, now=timezone.now(), log=lambda line: None)
+    assert Tenant.objects.count() == tenants
+
+
 def test_bench_search_compares_the_default_redis_with_a_cluster_query_by_query(monkeypatch, redis_cluster):
     """`--compare-redis URL`: each query searched on the default Redis and on the cluster in turn;
     the tenant's hot episodes indexed on the cluster from Postgres for it, and gone from it after."""

@@ -47,7 +47,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", action="store_true")
-        parser.add_argument("--keep", action="store_true", help="search: keep the loaded tenants")
+        parser.add_argument("--keep", action="store_true", help="search, tick: keep the loaded tenants")
         parser.add_argument(
             "--compare-redis",
             metavar="URL",
@@ -60,7 +60,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--reuse",
             action="store_true",
-            help="search: reuse a tenant kept by an earlier --keep run (and keep it)",
+            help=(
+                "search: reuse a tenant kept by an earlier --keep run (and keep it); tick: tick the "
+                "kept tenants (loading those missing) --days after now, and keep them"
+            ),
         )
         soak = parser.add_argument_group("soak")
         soak.add_argument("--minutes", type=float, default=60.0, help="soak: how long (fractions allowed)")
@@ -146,6 +149,8 @@ class Command(BaseCommand):
             log=log,
             vectors_share=opts["vectors"],
             workers=opts["workers"],
+            keep=opts["keep"],
+            reuse=opts["reuse"],
         )
         self.stdout.write(json.dumps({"bench": "tick", **result}) if opts["json"] else format_table(result))
 
