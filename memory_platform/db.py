@@ -62,6 +62,13 @@ def vector_of(raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype=">f4", offset=4).astype(np.float32)
 
 
+def vector_rows(raws: Sequence[bytes]) -> np.ndarray:
+    """Vector columns of one dimension (``vector_of`` each) as the rows of one float32 matrix,
+    decoded at once (one conversion for a thousand vectors, not a thousand)."""
+    joined = b"".join(memoryview(raw)[4:] for raw in raws)
+    return np.frombuffer(joined, dtype=">f4").astype(np.float32).reshape(len(raws), -1)
+
+
 def register_adapters(sender: Any, connection: Any, **kwargs: Any) -> None:
     """On every new database connection (``connection_created``, connected in the app's
     ``ready``): ``Vector`` parameters go in binary. The parameter's type is left to the server,

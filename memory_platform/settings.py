@@ -179,8 +179,12 @@ else:
 _db.setdefault("CONN_MAX_AGE", _int("DATABASE_CONN_MAX_AGE", 60))
 # Filtered HNSW scans keep going until they have k rows (pgvector >= 0.8); set once per connection.
 # ef_search covers the 50 candidates a search takes from each list (MEMORY["SEARCH_CANDIDATES"]),
-# so one pass of the graph answers (docs/decisions/0005).
-_db.setdefault("OPTIONS", {})["options"] = "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=64"
+# so one pass of the graph answers (docs/decisions/0005). No parallel workers: the platform's
+# statements each read one tenant's rows, and starting workers cost more than they save (a tick's
+# degree count took 11 ms with two, 2 ms without: docs/decisions/0058).
+_db.setdefault("OPTIONS", {})["options"] = (
+    "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=64 -c max_parallel_workers_per_gather=0"
+)
 # A health check is one more round trip at the start of every request; without it, a request
 # on a connection the server dropped fails once and the connection is replaced (Django closes
 # connections that errored). Turn it on where the database restarts under a running web server.

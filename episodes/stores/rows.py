@@ -324,11 +324,11 @@ def _merge_neighbours_in_memory(
             continue
         # In float32, as pgvector sums its cosines (and at half float64's cost: the matrix is most
         # of a merge scan's time in Python).
-        vectors = np.stack([db.vector_of(row[-1]) for row in rows_])
-        norms = np.linalg.norm(vectors, axis=1)
-        ids = np.array([row[0] for row in rows_])
+        vectors = db.vector_rows([row[-1] for row in rows_])
         with np.errstate(divide="ignore", invalid="ignore"):
-            sims = (vectors[sources] @ vectors[targets].T) / np.outer(norms[sources], norms[targets])
+            vectors /= np.linalg.norm(vectors, axis=1)[:, None]
+        ids = np.array([row[0] for row in rows_])
+        sims = vectors[sources] @ vectors[targets].T
         source_ids, target_ids = ids[sources], ids[targets]
         sims[source_ids[:, None] == target_ids[None, :]] = -np.inf  # never the episode itself
         # Only pairs at the threshold can be answered, so the nearest ``neighbours`` of each source
