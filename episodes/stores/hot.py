@@ -240,8 +240,11 @@ class HotStore:
             time.sleep(0.02)
 
     def outdated_indexes(self) -> list[str]:
-        """Indexes of earlier versions still in Redis (``keys.OUTDATED_BASES``)."""
-        return [name for name in self.index_names() if name.startswith(keys.OUTDATED_BASES)]
+        """Indexes of earlier versions still in Redis: ``keys.OUTDATED_BASES``, and
+        ``keys.REINDEXED_BASES`` (a tenant's first use takes those in, but a rebuild at start
+        leaves no new index scanning the keyspace after them: ``keys.BACKFILL_MARKER``)."""
+        bases = (*keys.OUTDATED_BASES, *keys.REINDEXED_BASES)
+        return [name for name in self.index_names() if name.startswith(bases)]
 
     def index_names(self) -> list[str]:
         """Every index in Redis: each master of a cluster lists its own."""

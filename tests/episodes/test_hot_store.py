@@ -1,6 +1,7 @@
 """The hot index: one per tenant (its KNN and BM25 see the tenant's documents only), the KNN
 filter policy, replies read the same over RESP2 and RESP3, feedback, restarts and upgrades."""
 
+import io
 import time
 
 import numpy as np
@@ -201,6 +202,28 @@ def test_an_index_of_the_version_before_is_replaced_and_its_documents_found_with
     names = index_names(store)
     assert old not in names and store.index_name(tenant_hex) in names
     assert vector_megabytes(store, tenant_hex) < 0.5
+
+
+def test_make_runs_start_rebuilds_an_index_of_the_version_before_and_leaves_no_scan_behind(provided):
+    from django.core.management import call_command
+
+    vectors = unit_vectors(8, seed=33)
+    ids = ingest(provided, "s1", vectors)
+    tenant_hex = provided.tenant.id.hex
+    store = hot_store()
+    old = keys.index_name(tenant_hex, "FLAT", keys.REINDEXED_BASES[0])
+    store.client.execute_command("FT.DROPINDEX", store.index_name(tenant_hex))
+    store.client.execute_command(
+        "FT.CREATE", old, "ON", "HASH", "PREFIX", "1", f"{keys.tenant_tag(tenant_hex)}:",
+        "SCHEMA", "tenant", "TAG", **on_owner_of(store.client, old),
+    )  # fmt: skip
+    store.forget_index_state()
+    assert store.outdated_indexes() == [old]
+
+    call_command("rebuild_hot", if_outdated=True, stdout=io.StringIO())
+    assert store.outdated_indexes() == [] and not store.client.exists(keys.BACKFILL_MARKER)
+    hits, _, _ = store.search(tenant_hex, vector=vectors[5], text=None, scope=Scope(), k=8)
+    assert {h.turn_id for h in hits} == set(ids) and hits[0].turn_id == ids[5]
 
 
 @pytest.mark.single_redis
