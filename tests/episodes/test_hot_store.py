@@ -180,13 +180,9 @@ def test_a_tenants_first_hot_turn_takes_a_small_vector_block_not_redisearchs_def
     assert hits[0].turn_id == ids[250]
 
 
-def test_an_index_of_the_version_before_is_replaced_and_its_documents_found_without_a_rebuild(provided):
-    vectors = unit_vectors(20, seed=32)
-    ids = ingest(provided, "s1", vectors)
-    tenant_hex = provided.tenant.id.hex
-    store = hot_store()
-    # As an upgrade finds Redis: the tenant's documents under its index of the version before
-    # (named by the earlier base, with RediSearch's default vector blocks).
+def under_the_index_before(store, tenant_hex):
+    """As an upgrade finds Redis: the tenant's documents under its index of the version before
+    (named by the earlier base, with RediSearch's default vector blocks). Its name."""
     old = keys.index_name(tenant_hex, "FLAT", keys.REINDEXED_BASES[0])
     store.client.execute_command("FT.DROPINDEX", store.index_name(tenant_hex))
     store.client.execute_command(
@@ -194,6 +190,15 @@ def test_an_index_of_the_version_before_is_replaced_and_its_documents_found_with
         "SCHEMA", "tenant", "TAG", **on_owner_of(store.client, old),
     )  # fmt: skip
     store.forget_index_state()
+    return old
+
+
+def test_an_index_of_the_version_before_is_replaced_and_its_documents_found_without_a_rebuild(provided):
+    vectors = unit_vectors(20, seed=32)
+    ids = ingest(provided, "s1", vectors)
+    tenant_hex = provided.tenant.id.hex
+    store = hot_store()
+    old = under_the_index_before(store, tenant_hex)
 
     hits, text_hits, _ = store.search(
         tenant_hex, vector=vectors[3], text="ledger apples", scope=Scope(), k=30
@@ -211,13 +216,7 @@ def test_make_runs_start_rebuilds_an_index_of_the_version_before_and_leaves_no_s
     ids = ingest(provided, "s1", vectors)
     tenant_hex = provided.tenant.id.hex
     store = hot_store()
-    old = keys.index_name(tenant_hex, "FLAT", keys.REINDEXED_BASES[0])
-    store.client.execute_command("FT.DROPINDEX", store.index_name(tenant_hex))
-    store.client.execute_command(
-        "FT.CREATE", old, "ON", "HASH", "PREFIX", "1", f"{keys.tenant_tag(tenant_hex)}:",
-        "SCHEMA", "tenant", "TAG", **on_owner_of(store.client, old),
-    )  # fmt: skip
-    store.forget_index_state()
+    old = under_the_index_before(store, tenant_hex)
     assert store.outdated_indexes() == [old]
 
     call_command("rebuild_hot", if_outdated=True, stdout=io.StringIO())
