@@ -323,7 +323,7 @@ def run_tick_bench(
     ``keep``. ``reuse``: tick the tenants of this size an earlier ``keep`` run left (loading only
     those missing), ``days`` after now; their earlier ticks have moved what was due then."""
     rng = np.random.default_rng(seed)
-    kept = list(kept_tenants(episodes)[:tenants]) if reuse else []
+    kept = kept_tenants(episodes)[:tenants] if reuse else []
     loaded: list[Tenant] = []
     now = timezone.now()
     try:
@@ -340,7 +340,7 @@ def run_tick_bench(
             cursor.execute(f"ANALYZE {EPISODES}, {TURNS}")
         load_seconds = round(time.perf_counter() - began, 1)
         ticked = kept + loaded
-        at = timezone.now() + timedelta(days=days) if kept else now + timedelta(days=days)
+        at = (timezone.now() if kept else now) + timedelta(days=days)
         log("first tick")
         first = _tick_in_processes(ticked, at, workers)
         log(f"  {_summary(first)}")
