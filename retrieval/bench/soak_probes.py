@@ -113,6 +113,22 @@ def gin(support: str) -> dict[str, Any]:
     }
 
 
+def hnsw() -> dict[str, Any]:
+    """The HNSW graphs of packed vectors: MB by index and summed. A graph keeps an entry for every
+    dead row until a vacuum (of its table) reaches it, and each insert walks what it holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT i.relname, pg_relation_size(i.oid)
+               FROM pg_class i JOIN pg_am am ON am.oid = i.relam JOIN pg_namespace n ON n.oid = i.relnamespace
+               WHERE am.amname = 'hnsw' AND n.nspname = current_schema() ORDER BY i.relname"""
+        )
+        rows = cursor.fetchall()
+    return {
+        "size_mb": round(sum(size for _, size in rows) / _MB, 2),
+        "by_index": {name: round(size / _MB, 2) for name, size in rows},
+    }
+
+
 def redisearch(tenants: Sequence[Tenant]) -> dict[str, Any] | None:
     """The soak tenants' hot indexes summed: documents (``FT.INFO``), the entries their inverted
     indexes hold (``index_entries``: a removed document's stay until the collector runs), bytes
@@ -184,6 +200,7 @@ def read_all(tenants: Sequence[Tenant], support: str) -> dict[str, Any]:
         "memory": memory(),
         "dead_tuples": dead_tuples(),
         "gin": gin(support),
+        "hnsw": hnsw(),
         "redisearch": redisearch(tenants),
         "episodes": layers(tenants),
     }

@@ -38,6 +38,7 @@ METRICS = (
     Metric("dead_tuples", "Postgres dead tuples", lambda s: s["dead_tuples"]["total"], 1000.0),
     Metric("gin_pending_pages", "GIN pending pages", lambda s: s["gin"]["pending_pages"], 10.0),
     Metric("gin_mb", "GIN indexes MB", lambda s: s["gin"]["size_mb"], 1.0),
+    Metric("hnsw_mb", "HNSW graphs MB", lambda s: s["hnsw"]["size_mb"], 1.0),
     Metric("index_bytes_per_doc", "RediSearch bytes/doc", _redisearch("bytes_per_doc"), 100.0),
     Metric("entries_per_doc", "RediSearch entries/doc", _redisearch("entries_per_doc"), 1.0),
 )
@@ -101,6 +102,7 @@ COLUMNS: tuple[tuple[str, int, Callable[[dict[str, Any]], str]], ...] = (
     ("dead tup", 9, lambda s: _n(s["dead_tuples"]["total"])),
     ("GIN MB", 7, lambda s: _n(s["gin"]["size_mb"], 1)),
     ("GIN pend", 9, lambda s: _n(s["gin"]["pending_pages"])),
+    ("HNSW MB", 8, lambda s: _n(s["hnsw"]["size_mb"], 1)),
     ("FT docs", 8, lambda s: _n((s["redisearch"] or {}).get("docs"))),
     ("FT B/doc", 9, lambda s: _n((s["redisearch"] or {}).get("bytes_per_doc"))),
     ("ent/doc", 8, lambda s: _n((s["redisearch"] or {}).get("entries_per_doc"), 1)),

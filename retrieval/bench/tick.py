@@ -41,6 +41,7 @@ from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 from rights.deletion import drop_tenant
 
+from . import soak_probes
 from .text import vocabulary
 
 #: Rows per COPY while loading.
@@ -341,6 +342,8 @@ def run_tick_bench(
         load_seconds = round(time.perf_counter() - began, 1)
         ticked = kept + loaded
         at = (timezone.now() if kept else now) + timedelta(days=days)
+        database = _database()
+        log(f"database: {database}")
         log("first tick")
         first = _tick_in_processes(ticked, at, workers)
         log(f"  {_summary(first)}")
@@ -355,6 +358,7 @@ def run_tick_bench(
             "workers": workers,
             "reused": len(kept),
             "load_seconds": load_seconds,
+            "database": database,
             "ticks": {"first": first, "second": second},
         }
     finally:
@@ -364,6 +368,13 @@ def run_tick_bench(
             log(f"dropping {len(loaded)} tenant(s)")
             for tenant in loaded:
                 drop_tenant(tenant, now=timezone.now(), log=lambda line: None)
+
+
+def _database() -> dict[str, Any]:
+    """What the moves will write into, as the first tick starts: the dead rows of the tables and
+    the size of the HNSW graphs (a graph holds every dead row until a vacuum reaches it, and a
+    move's row is inserted into it again: a bloated graph makes each move slower)."""
+    return {"dead_tuples": soak_probes.dead_tuples()["total"], "hnsw_mb": soak_probes.hnsw()["by_index"]}
 
 
 def kept_tenants(episodes: int) -> list[Tenant]:
@@ -392,6 +403,10 @@ def format_table(result: dict[str, Any]) -> str:
             f"{step:<16}{ticks['first']['steps'][step]:>10.2f}{ticks['second']['steps'][step]:>10.2f}"
         )
     lines.append(f"{'total':<16}{ticks['first']['total']:>10.2f}{ticks['second']['total']:>10.2f}")
+    database = result["database"]
+    lines.append(
+        f"before the first tick: {database['dead_tuples']:,} dead tuples, HNSW MB {database['hnsw_mb']}"
+    )
     for label in ("first", "second"):
         tick = ticks[label]
         lines.append(

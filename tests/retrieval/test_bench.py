@@ -129,6 +129,13 @@ def test_bench_tick_times_each_step_of_two_ticks_and_leaves_nothing_behind(worke
     result = json.loads(out.getvalue())
     assert result["bench"] == "tick" and (result["tenants"], result["episodes"]) == (2, 300)
     assert result["workers"] == workers
+    # What the moves write into, as the first tick starts (a bloated graph slows every move).
+    assert result["database"]["dead_tuples"] >= 0
+    assert set(result["database"]["hnsw_mb"]) == {
+        "episode_packed_embedding_hnsw",
+        "turn_packed_embedding_hnsw",
+    }
+    assert result["database"]["hnsw_mb"]["episode_packed_embedding_hnsw"] > 0  # half the packed have vectors
     first, second = result["ticks"]["first"], result["ticks"]["second"]
     for tick in (first, second):
         assert list(tick["steps"]) == list(STEPS)

@@ -59,6 +59,9 @@ def test_a_minute_of_soak_through_a_redis_restart_samples_every_interval_and_dro
         assert sample["gin"]["size_mb"] > 0 and "episode_search_vector" in sample["gin"]["fastupdate"]
         if result["gin_support"] != "pgstattuple":
             assert sample["gin"]["pending_pages"] is None
+        hnsw = sample["hnsw"]
+        assert set(hnsw["by_index"]) == {"episode_packed_embedding_hnsw", "turn_packed_embedding_hnsw"}
+        assert hnsw["size_mb"] == pytest.approx(sum(hnsw["by_index"].values()), abs=0.02)
     ft = samples[0]["redisearch"]
     assert ft["docs"] > 0 and ft["bytes_per_doc"] == round(ft["bytes"] / ft["docs"])
     assert ft["entries_per_doc"] == round(ft["entries"] / ft["docs"], 2)
