@@ -44,11 +44,17 @@ def step_promote(t: Tick) -> None:
     """Upward migration by use: `promote_after_accesses` accesses within `hot_days`."""
     tenant, now = t.tenant, t.now
     # A window with no new access restarts, so it begins at most a day before the first new one.
+    # Each statement names the tenant on both tables: joined on the episode alone, Postgres read
+    # every tenant's windows (17 ms a tenant with 213,000 windows in the table, 0.6 ms so).
     AccessWindow.objects.filter(
-        tenant=tenant, started_at__lt=now - WINDOW_SLIDE, episode__access_count=F("access_count_at_start")
+        Exists(
+            Episode.objects.filter(
+                tenant=tenant, pk=OuterRef("episode_id"), access_count=OuterRef("access_count_at_start")
+            )
+        ),
+        tenant=tenant,
+        started_at__lt=now - WINDOW_SLIDE,
     ).update(started_at=now)
-    # Both statements below name the tenant on both tables: joined on the episode alone, Postgres
-    # read every tenant's windows (17 ms a tenant with 213,000 windows in the table, 0.6 ms now).
     unwatched = (
         Episode.objects.visible()
         .filter(tenant=tenant)
