@@ -82,8 +82,12 @@ class EmbeddedPostgres:
         control file still says it is running."""
         if not (self.datadir / "global" / "pg_control").exists():
             return False  # not created yet
-        # In English whatever the machine's locale: the line is read by its words.
-        out = self._run("pg_controldata", "-D", str(self.datadir), env={**os.environ, "LC_ALL": "C"})
+        try:
+            # In English whatever the machine's locale: the line is read by its words.
+            out = self._run("pg_controldata", "-D", str(self.datadir), env={**os.environ, "LC_ALL": "C"})
+        except (OSError, subprocess.CalledProcessError) as exc:
+            logger.warning("could not read the control file of %s (%s): no recount", self.datadir, exc)
+            return False
         state = re.search(r"^Database cluster state:\s*(.*)$", out, re.MULTILINE)
         return state is not None and not state.group(1).startswith("shut down")
 
