@@ -249,9 +249,10 @@ def collect_hot_garbage(tenant: Tenant) -> None:
     """Purge the documents just taken out of the tenant's hot index from BM25's statistics now.
     RediSearch does it itself only every 30 s and past 100 removed documents; until then the
     removed ones count in document frequencies and lengths, and a tenant left with a few hot
-    episodes is ranked by statistics of hundreds gone (docs/decisions/0002)."""
+    episodes is ranked by statistics of hundreds gone (docs/decisions/0002). Only where BM25
+    wraps meanwhile (``HotStore.idf_wraps``): a collection forks Redis (docs/decisions/0059)."""
     try:
-        hot_store().collect_garbage(tenant.id.hex)
+        hot_store().collect_garbage(tenant.id.hex, only_if_needed=True)
     except HotUnavailable as exc:
         logger.warning("could not collect the hot index garbage of tenant %s: %s", tenant.pk, exc)
 

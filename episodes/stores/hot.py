@@ -26,7 +26,7 @@ from memory_platform.redis_client import Client, get_redis, info_field, on_owner
 
 from .. import language
 from ..scope import OWNER_FIELDS, Scope
-from . import hot_replies, keys
+from . import bm25_probe, hot_replies, keys
 from .hot_documents import SIGNATURE, TurnDoc, episode_documents, epoch, signature_of
 from .hot_replies import HotHit
 
@@ -122,6 +122,7 @@ class HotStore:
         self.reader = reader or (client if client is not None else get_redis(quick=True))
         self._ensured: set[str] = set()
         self._legacy_dropped = False
+        self._idf_wraps: bool | None = None
 
     # --- index management --------------------------------------------------------------------------
     def index_name(self, tenant_hex: str) -> str:
@@ -528,11 +529,22 @@ class HotStore:
             for _, _, fields in hot_replies.entries(self._run(tenant_hex, query)[0], with_scores=False)
         }
 
-    def collect_garbage(self, tenant_hex: str) -> None:
+    def idf_wraps(self) -> bool:
+        """Whether this server's BM25 goes wrong until a removed document is collected
+        (``bm25_probe``), asked once per process."""
+        if self._idf_wraps is None:
+            self._idf_wraps = bm25_probe.idf_wraps(self.client)
+        return self._idf_wraps
+
+    def collect_garbage(self, tenant_hex: str, *, only_if_needed: bool = False) -> None:
         """Purge the tenant's removed documents from its index now. BM25 counts a removed
         document in its statistics until RediSearch's fork GC runs (every 30 s by default), so
-        ranking right after many removals depends on when that was. (The index is not created
-        for this: without one there is nothing to collect, and Redis says so.)"""
+        ranking right after many removals depends on when that was. ``only_if_needed``: only on
+        a server whose BM25 goes wrong meanwhile (``idf_wraps``): a collection forks Redis, and
+        every tenant waits while it does. (The index is not created for this: without one there
+        is nothing to collect, and Redis says so.)"""
+        if only_if_needed and not self.idf_wraps():
+            return
         name = self.index_name(tenant_hex)
         self.client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", name, **on_owner_of(self.client, name))
 

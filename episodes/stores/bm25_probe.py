@@ -1,0 +1,58 @@
+"""Whether this Redis's full-text scores go wrong between a removal and its collection.
+
+RediSearch counts a removed (or rewritten) document in its words' document frequencies until its
+garbage collector runs. Up to 2.10.24 its BM25 then subtracts the frequency from the number of
+documents in unsigned arithmetic: past that number, a word in nearly every document weighs about
+40 instead of about 0 and outranks every other (docs/decisions/0033). Later releases clamp the
+difference. On a server that wraps, the platform collects a tenant's index as soon as it removed
+documents from it, and the collector runs every 5 s (`embedded.redis.GC_SETTINGS`); each
+collection forks Redis, which stops every tenant's requests for a moment
+(docs/decisions/0059-dead-rows-and-forks.md). On one that clamps, none of that is needed.
+
+The answer is measured rather than read from a version: ten documents sharing a word, one of them
+rewritten, searched before any collector can have run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from memory_platform.redis_client import on_owner_of
+
+#: A top score above this after the rewrite is the wrapped IDF (about 89 here; about 3 without).
+WRAPPED_SCORE = 20.0
+
+
+def idf_wraps(client: Any) -> bool:
+    """Ask the server once: True when a rewrite sends the scores of a word in every document up."""
+    run = uuid.uuid4().hex[:12]
+    prefix = f"mp:probe:{{bm25-{run}}}:"  # one slot: index and documents on one master of a cluster
+    name = f"{prefix}idx"
+    owner = on_owner_of(client, name)
+    client.execute_command(
+        "FT.CREATE", name, "ON", "HASH", "PREFIX", 1, prefix, "SCHEMA", "text", "TEXT", **owner
+    )  # fmt: skip
+    try:
+        for i in range(10):
+            client.hset(f"{prefix}{i}", mapping={"text": f"common word {'rare' if i == 3 else 'plain'} {i}"})
+        client.delete(f"{prefix}5")
+        client.hset(f"{prefix}5", mapping={"text": "common word plain 5"})
+        reply = client.execute_command(
+            "FT.SEARCH", name, "common|rare", "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD",
+            "LIMIT", 0, 1, "DIALECT", 2, **owner,
+        )  # fmt: skip
+        return _top_score(reply) > WRAPPED_SCORE
+    finally:
+        client.execute_command("FT.DROPINDEX", name, "DD", **owner)
+
+
+def _top_score(reply: Any) -> float:
+    """The first result's score, from a RESP3 (map) or RESP2 (list) reply."""
+    if isinstance(reply, dict):
+        results = reply.get(b"results") or reply.get("results") or []
+        if not results:
+            return 0.0
+        first = results[0]
+        return float(first.get(b"score", first.get("score", 0.0)))
+    return float(reply[2]) if len(reply) > 2 else 0.0
