@@ -28,7 +28,7 @@ def collect_index_garbage(url: str) -> dict[str, tuple[int, int]]:
     collector runs (docs/decisions/0002). Collecting once at start removes them before the first
     search. A failure is logged, not raised: the data are intact, only the
     ranking is off until the next scheduled collection. (A tick collects its tenant's index
-    after moving episodes out of hot: `lifecycle.hotsync.collect_hot_garbage`.)"""
+    after moving episodes out of hot, where BM25 needs it: `episodes.indexing.collect_hot_garbage`.)"""
     import redis
 
     from memory_platform.redis_client import info_field
