@@ -212,10 +212,11 @@ def uses_add(uses: Mapping[tuple[uuid.UUID, int], Use]) -> int:
     with transaction.atomic(), connection.cursor() as cursor:
         if own_transaction:  # never loosen a caller's transaction (ingest commits durably)
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        # Tenants in one order, so two processes writing the same tenants take their rows' locks
-        # tenant by tenant in the same order.
+        # Tenants in one order, and each tenant's episodes by id (the UPDATE walks the arrays in
+        # their order, one row at a time), so two processes writing the same rows take their
+        # locks in the same order and never wait for each other in a circle.
         for tenant in sorted(by_tenant, key=str):
-            episodes = by_tenant[tenant]
+            episodes = sorted(by_tenant[tenant])
             cursor.execute(
                 _ADD_USES,
                 [
