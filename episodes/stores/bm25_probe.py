@@ -42,12 +42,12 @@ def idf_wraps(client: Any) -> bool:
             "FT.SEARCH", name, "common|rare", "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD",
             "LIMIT", 0, 1, "DIALECT", 2, **owner,
         )  # fmt: skip
-        return _top_score(reply) > WRAPPED_SCORE
+        return top_score(reply) > WRAPPED_SCORE
     finally:
         client.execute_command("FT.DROPINDEX", name, "DD", **owner)
 
 
-def _top_score(reply: Any) -> float:
+def top_score(reply: Any) -> float:
     """The first result's score, from a RESP3 (map) or RESP2 (list) reply."""
     if isinstance(reply, dict):
         results = reply.get(b"results") or reply.get("results") or []

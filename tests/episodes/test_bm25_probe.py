@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from episodes.stores.bm25_probe import WRAPPED_SCORE
+from episodes.stores.bm25_probe import WRAPPED_SCORE, top_score
 from episodes.stores.hot import hot_store
 from memory_platform.redis_client import on_owner_of
 
@@ -20,8 +20,7 @@ def _top_score(store, name: str) -> float:
         "FT.SEARCH", name, "common|rare", "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD",
         "LIMIT", 0, 1, "DIALECT", 2, **on_owner_of(store.client, name),
     )  # fmt: skip
-    results = reply[b"results"] if isinstance(reply, dict) else None
-    return float(results[0][b"score"]) if results is not None else float(reply[2])
+    return top_score(reply)
 
 
 @pytest.fixture

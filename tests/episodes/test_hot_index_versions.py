@@ -47,12 +47,17 @@ def under_the_index_before(store, tenant_hex):
     return old
 
 
-def test_an_index_of_the_version_before_is_replaced_and_its_documents_found_without_a_rebuild(provided):
-    vectors = unit_vectors(20, seed=32)
+def _ingested_under_the_index_before(provided, count: int, seed: int):
+    """``count`` turns ingested, then their tenant's index put back to the version before."""
+    vectors = unit_vectors(count, seed=seed)
     ids = ingest(provided, "s1", vectors)
     tenant_hex = provided.tenant.id.hex
     store = hot_store()
-    old = under_the_index_before(store, tenant_hex)
+    return vectors, ids, tenant_hex, store, under_the_index_before(store, tenant_hex)
+
+
+def test_an_index_of_the_version_before_is_replaced_and_its_documents_found_without_a_rebuild(provided):
+    vectors, ids, tenant_hex, store, old = _ingested_under_the_index_before(provided, 20, seed=32)
 
     hits, text_hits, _ = store.search(
         tenant_hex, vector=vectors[3], text="ledger apples", scope=Scope(), k=30
@@ -66,11 +71,7 @@ def test_an_index_of_the_version_before_is_replaced_and_its_documents_found_with
 def test_make_runs_start_rebuilds_an_index_of_the_version_before_and_leaves_no_scan_behind(provided):
     from django.core.management import call_command
 
-    vectors = unit_vectors(8, seed=33)
-    ids = ingest(provided, "s1", vectors)
-    tenant_hex = provided.tenant.id.hex
-    store = hot_store()
-    old = under_the_index_before(store, tenant_hex)
+    vectors, ids, tenant_hex, store, old = _ingested_under_the_index_before(provided, 8, seed=33)
     assert store.outdated_indexes() == [old]
 
     call_command("rebuild_hot", if_outdated=True, stdout=io.StringIO())
