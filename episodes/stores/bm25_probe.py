@@ -1,13 +1,21 @@
-"""Whether this Redis's full-text scores go wrong between a removal and its collection.
+"""Whether this Redis's full-text scores go wrong between a removal and its collection, and what
+the hot tier holds against it where they do.
 
 RediSearch counts a removed (or rewritten) document in its words' document frequencies until its
 garbage collector runs. Up to 2.10.24 its BM25 then subtracts the frequency from the number of
 documents in unsigned arithmetic: past that number, a word in nearly every document weighs about
 40 instead of about 0 and outranks every other (docs/decisions/0033). Later releases clamp the
-difference. On a server that wraps, the platform collects a tenant's index as soon as it removed
-documents from it, and the collector runs every 5 s (`embedded.redis.GC_SETTINGS`); each
-collection forks Redis, which stops every tenant's requests for a moment
-(docs/decisions/0059-dead-rows-and-forks.md). On one that clamps, none of that is needed.
+difference.
+
+On a server that wraps, each tenant's index holds ``BALLAST`` documents of a word no one searches
+for: they count in the number of documents and in no searched word's frequency, so a frequency stays under that number
+while fewer than ``BALLAST`` removed documents wait for the collector. The collector then need
+only run on an index once it lost half that many (`embedded.redis.GC_SETTINGS`), not after every
+removal, and so need the platform's own calls after a batch of removals (RediSearch applies the
+same threshold to them): each run forks Redis, which stops every tenant's requests for a moment,
+and a few hundred tenants writing at once kept Redis forking
+(docs/decisions/0060-ballast-against-the-idf-wrap.md). On a server that clamps, none of that is
+needed.
 
 The answer is measured rather than read from a version: ten documents sharing a word, one of them
 rewritten, searched before any collector can have run.
@@ -19,6 +27,17 @@ import uuid
 from typing import Any
 
 from memory_platform.redis_client import on_owner_of
+
+#: Ballast documents in each tenant's index where BM25 wraps. At 64 the development conversations
+#: rank as without them (docs/decisions/0060); more lift the weight of a small tenant's common
+#: words further (the number of documents grows, not the words' frequencies).
+BALLAST = 64
+
+#: A ballast document's text: a word no one searches for, as many times as a turn's window holds
+#: words to index (about 50 in the development conversations), so the mean document length BM25
+#: divides by stays what the tenant's own documents make it; short, so the 64 take 20 KB of Redis.
+#: No filter of the platform's matches a ballast document: it has no tenant, type or state.
+BALLAST_TEXT = " ".join(["qz"] * 48)
 
 #: A top score above this after the rewrite is the wrapped IDF (about 89 here; about 3 without).
 WRAPPED_SCORE = 20.0

@@ -121,6 +121,7 @@ class HotStore:
         #: (``memory_platform.redis_client``).
         self.reader = reader or (client if client is not None else get_redis(quick=True))
         self._ensured: set[str] = set()
+        self._ballasted: set[str] = set()
         self._legacy_dropped = False
         self._idf_wraps: bool | None = None
 
@@ -138,10 +139,19 @@ class HotStore:
         an earlier version's, or a switch of algorithm: ``keys.BACKFILL_MARKER``). Then it
         indexes them in the background and the first use waits for that, up to
         INITIAL_SCAN_WAIT seconds. (An index an operator drops
-        by hand comes back empty: `manage.py rebuild_hot` indexes the tenant again.)"""
+        by hand comes back empty: `manage.py rebuild_hot` indexes the tenant again.) Where BM25
+        wraps, the index holds its ballast too (``bm25_probe``)."""
         name = self.index_name(tenant_hex)
-        if name in self._ensured:
-            return name
+        if name not in self._ensured:
+            self._create_index(tenant_hex, name)
+            self._ensured.add(name)
+        if tenant_hex not in self._ballasted:
+            self._hold_ballast(tenant_hex)
+        return name
+
+    def _create_index(self, tenant_hex: str, name: str) -> None:
+        """``ensure_index``'s work the first time: the tenant's index made unless it exists, its
+        outdated and stale ones dropped."""
         algorithm = str(memory_settings.HOT_INDEX_ALGORITHM).upper()
         # Their documents hold values this version cannot filter: they go with them, and the
         # tenant is indexed again from Postgres (`rebuild_hot`, or the next tick's repair).
@@ -190,8 +200,23 @@ class HotStore:
                     raise
             if backfill:
                 self._wait_for_initial_scan(name)
-        self._ensured.add(name)
-        return name
+
+    def _hold_ballast(self, tenant_hex: str) -> None:
+        """Where BM25 wraps (``idf_wraps``), the tenant's index holds ``bm25_probe.BALLAST``
+        documents of a word no one searches for, written after the index (which then takes them in). Looked
+        for once per process; a failure (Redis full) is logged and tried again on next use."""
+        try:
+            if self.idf_wraps():
+                ballast = [keys.ballast_key(tenant_hex, i) for i in range(bm25_probe.BALLAST)]
+                if not self.client.exists(ballast[-1]):
+                    pipe = self.client.pipeline(transaction=False)
+                    for key in ballast:
+                        pipe.hset(key, "text", bm25_probe.BALLAST_TEXT)
+                    pipe.execute()
+        except redis.RedisError as exc:
+            logger.warning("could not write the ballast of tenant %s's hot index: %s", tenant_hex, exc)
+            return
+        self._ballasted.add(tenant_hex)
 
     def _drop_indexes(self, names: list[str], *, with_documents: bool = False) -> list[str]:
         """Drop those of these indexes that exist (in one round trip); the names dropped."""
@@ -269,6 +294,7 @@ class HotStore:
     def forget_index_state(self) -> None:
         """After a FLUSHALL or a data loss, check for the indexes again on next use."""
         self._ensured.clear()
+        self._ballasted.clear()
         self._legacy_dropped = False
 
     # --- writes ------------------------------------------------------------------------------------
@@ -342,6 +368,7 @@ class HotStore:
         ]
         self._drop_indexes(names)
         self._ensured.difference_update(names)
+        self._ballasted.discard(tenant_hex)
         removed = 0
         batch: list[str] = []
         # The tenant's keys are all in its slot: only its master is scanned.
@@ -484,6 +511,7 @@ class HotStore:
             if "no such index" not in str(exc).lower():
                 raise
         self._ensured.discard(index)
+        self._ballasted.discard(tenant_hex)  # dropped with its documents, perhaps
         return self._search(client, self.ensure_index(tenant_hex), queries)
 
     def _search(self, client: Client, index: str, queries: tuple[BaseQuery, ...]) -> list[Any]:
@@ -540,9 +568,11 @@ class HotStore:
         """Purge the tenant's removed documents from its index now. BM25 counts a removed
         document in its statistics until RediSearch's fork GC runs (every 30 s by default), so
         ranking right after many removals depends on when that was. ``only_if_needed``: only on
-        a server whose BM25 goes wrong meanwhile (``idf_wraps``): a collection forks Redis, and
-        every tenant waits while it does. (The index is not created for this: without one there
-        is nothing to collect, and Redis says so.)"""
+        a server whose BM25 goes wrong meanwhile (``idf_wraps``). Even asked, RediSearch collects
+        only an index that lost its collector's threshold of documents since its last run (half
+        the ballast on the embedded server: ``bm25_probe``), and otherwise answers at once without
+        forking Redis, which stops every tenant's requests while it does. (The index is not
+        created for this: without one there is nothing to collect, and Redis says so.)"""
         if only_if_needed and not self.idf_wraps():
             return
         name = self.index_name(tenant_hex)

@@ -69,6 +69,11 @@ def episode_key(tenant_hex: str, episode_id: int) -> str:
     return f"{tenant_tag(tenant_hex)}:ep:{episode_id}"
 
 
+def ballast_key(tenant_hex: str, number: int) -> str:
+    """One of the ballast documents of the tenant's index (``bm25_probe.BALLAST``)."""
+    return f"{tenant_tag(tenant_hex)}:ballast:{number}"
+
+
 def tenant_pattern(tenant_hex: str) -> str:
     return f"{tenant_tag(tenant_hex)}:*"
 

@@ -26,8 +26,9 @@ def collect_index_garbage(url: str) -> dict[str, tuple[int, int]]:
     only past 100 deleted documents; the embedded server's `GC_SETTINGS` are tighter). Until
     then BM25 counts the dead copies in its document frequencies, and ranking is off until the
     collector runs (docs/decisions/0002). Collecting once at start removes them before the first
-    search. A failure is logged, not raised: the data are intact, only the
-    ranking is off until the next scheduled collection. (A tick collects its tenant's index
+    search from every index where its threshold's worth wait (fewer are within the ballast that
+    `episodes.stores.bm25_probe` describes). A failure is logged, not raised: the data are
+    intact, only the ranking is off until the next scheduled collection. (A tick collects its tenant's index
     after moving episodes out of hot, where BM25 needs it: `episodes.indexing.collect_hot_garbage`.)"""
     import redis
 
@@ -56,9 +57,11 @@ def collect_index_garbage(url: str) -> dict[str, tuple[int, int]]:
 #: is collected, BM25 counts it in its terms' document frequencies but not in the number of
 #: documents, and where a term's frequency then exceeds that number (a word in nearly every
 #: document, such as a speaker's name), RediSearch 2.10's IDF wraps around to about 44 instead of
-#: about 0: that word outweighs every other, for up to RediSearch's default 30 s (docs/decisions/0033).
-#: Collected within 5 s here, and only indexes with garbage fork a collector (1, not 100 by default).
-GC_SETTINGS = {"FORK_GC_RUN_INTERVAL": 5, "FORK_GC_CLEAN_THRESHOLD": 1}
+#: about 0: that word outweighs every other (docs/decisions/0033). Each tenant's index holds 64
+#: ballast documents against it (`episodes.stores.bm25_probe.BALLAST`), so an index is
+#: collected every 5 s once it holds 32 removed documents (half the ballast), and no sooner: each
+#: collection forks Redis, which stops every request meanwhile (RediSearch's defaults: 30 s, 100).
+GC_SETTINGS = {"FORK_GC_RUN_INTERVAL": 5, "FORK_GC_CLEAN_THRESHOLD": 32}
 
 
 def apply_gc_settings(url: str) -> None:

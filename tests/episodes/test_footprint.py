@@ -12,6 +12,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from episodes.footprint import footprint
+from episodes.stores.bm25_probe import BALLAST
 from lifecycle.tick import tick_run
 
 from ..conftest import Caller, unit_vectors
@@ -33,7 +34,7 @@ def test_a_tenants_footprint_counts_its_own_documents_and_rows_by_layer(provided
     assert set(mine.layers) == {"hot"} and mine.layers["hot"].episodes == 6 and mine.layers["hot"].turns == 6
     assert mine.layers["hot"].postgres_bytes_per_episode > 2 * VECTOR
     # A document per turn and per episode, each tenant's own.
-    assert (mine.redis_keys, theirs.redis_keys) == (12, 6)
+    assert (mine.redis_keys, theirs.redis_keys) == (12 + BALLAST, 6 + BALLAST)  # and their ballast
     assert mine.redis_documents_bytes > 6 * VECTOR and mine.redis_index_bytes > 0
     assert mine.quota_bytes > 0 and mine.redis_over_quota > 1
     assert theirs.layers["hot"].episodes == 3
@@ -51,8 +52,8 @@ def test_a_tenants_footprint_counts_its_own_documents_and_rows_by_layer(provided
     tick_run(tenant=provided.tenant, now=timezone.now() + timedelta(days=60))
     packed = footprint(provided.tenant)
     assert "hot" not in packed.layers and packed.layers["warm"].episodes == 6
-    assert packed.redis_keys == 0 and packed.redis_bytes_per_hot_episode == 0
-    assert footprint(outsider.tenant).redis_keys == 14
+    assert packed.redis_keys == BALLAST and packed.redis_bytes_per_hot_episode == 0
+    assert footprint(outsider.tenant).redis_keys == 14 + BALLAST
 
 
 def test_the_command_prints_each_tenant_and_refuses_an_unknown_one(provided):

@@ -371,17 +371,23 @@ def test_the_task_and_the_schedules(provided, ages):
 
 
 def test_a_tick_leaves_no_removed_hot_documents_in_bm25s_statistics(provided, ages):
+    from episodes.stores.bm25_probe import BALLAST
     from memory_platform.redis_client import info_field
 
     store = hot_store()
     index = store.index_name(provided.tenant.id.hex)
+    # Two more conversations as idle as the oldest: more documents leave hot than half the
+    # ballast, past which RediSearch collects when asked (fewer stay, counted within it).
+    for i in range(2):
+        conversation(provided.tenant, session=f"more{i}", idle_days=max(IDLE_DAYS), topic=i, seed=70 + i)
 
     def records() -> int:
         return int(info_field(store.client.execute_command("FT.INFO", index), "num_records"))
 
     before = records()
     run = tick_run(tenant=provided.tenant, now=NOW, steps=["hot_to_warm"])
-    assert run.counts["hot_to_warm"] == 4
+    assert run.counts["hot_to_warm"] == 6
+    assert BALLAST // 2 < 6 * 6  # each episode: five turns and its own document
     after = records()
     assert after < before
     store.collect_garbage(provided.tenant.id.hex)
