@@ -30,7 +30,7 @@ PAD_MB = int(os.environ.get("PAD", "800"))
 SECONDS = 30
 DOCS = 100
 
-maxmemory = client.config_get("maxmemory")["maxmemory"]
+maxmemory = str(client.config_get("maxmemory")["maxmemory"])
 client.config_set("maxmemory", str(3 * 1024**3))
 rng = np.random.default_rng(1)
 tenants = [uuid.uuid4().hex for _ in range(TENANTS)]
@@ -61,9 +61,9 @@ def storm(threshold):
         tenant, i = tenants[k % TENANTS], (k // TENANTS) % DOCS
         k += 1
         for key in (keys.turn_key(tenant, i), keys.turn_key(tenant, (i + 1) % DOCS)):
-            fields = client.hgetall(key)
+            fields = dict(client.hgetall(key))
             client.delete(key)
-            client.hset(key, mapping=fields)
+            client.hset(key, mapping=fields)  # type: ignore[arg-type]
             rewrites += 1
         time.sleep(EVERY / TENANTS)
     pinger.join()

@@ -28,6 +28,8 @@ from typing import Any
 
 from memory_platform.redis_client import on_owner_of
 
+from . import keys
+
 #: Ballast documents in each tenant's index where BM25 wraps. At 64 the development conversations
 #: rank as without them (docs/decisions/0060); more lift the weight of a small tenant's common
 #: words further (the number of documents grows, not the words' frequencies).
@@ -41,6 +43,17 @@ BALLAST_TEXT = " ".join(["qz"] * 48)
 
 #: A top score above this after the rewrite is the wrapped IDF (about 89 here; about 3 without).
 WRAPPED_SCORE = 20.0
+
+
+def hold_ballast(client: Any, tenant_hex: str) -> None:
+    """Write the tenant's ``BALLAST`` documents unless they are there."""
+    ballast = [keys.ballast_key(tenant_hex, i) for i in range(BALLAST)]
+    if client.exists(ballast[-1]):
+        return
+    pipe = client.pipeline(transaction=False)
+    for key in ballast:
+        pipe.hset(key, "text", BALLAST_TEXT)
+    pipe.execute()
 
 
 def idf_wraps(client: Any) -> bool:

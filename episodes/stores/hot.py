@@ -202,17 +202,12 @@ class HotStore:
                 self._wait_for_initial_scan(name)
 
     def _hold_ballast(self, tenant_hex: str) -> None:
-        """Where BM25 wraps (``idf_wraps``), the tenant's index holds ``bm25_probe.BALLAST``
-        documents of a word no one searches for, written after the index (which then takes them in). Looked
-        for once per process; a failure (Redis full) is logged and tried again on next use."""
+        """Where BM25 wraps (``idf_wraps``), the tenant's index holds its ballast
+        (``bm25_probe.hold_ballast``), written after the index, which then takes it in. Looked for
+        once per process; a failure (Redis full) is logged and tried again on next use."""
         try:
             if self.idf_wraps():
-                ballast = [keys.ballast_key(tenant_hex, i) for i in range(bm25_probe.BALLAST)]
-                if not self.client.exists(ballast[-1]):
-                    pipe = self.client.pipeline(transaction=False)
-                    for key in ballast:
-                        pipe.hset(key, "text", bm25_probe.BALLAST_TEXT)
-                    pipe.execute()
+                bm25_probe.hold_ballast(self.client, tenant_hex)
         except redis.RedisError as exc:
             logger.warning("could not write the ballast of tenant %s's hot index: %s", tenant_hex, exc)
             return
