@@ -182,14 +182,21 @@ class Use(NamedTuple):
     at: datetime
 
 
+#: The rows are locked first, by id (the UPDATE's own plan may walk them in any order: a hash join
+#: in the table's physical order, a nested loop in the array's), so two processes writing the same
+#: rows take their locks in one order and never wait for each other in a circle.
 _ADD_USES = f"""
+WITH locked AS MATERIALIZED (
+    SELECT o.tenant_id, o.id FROM {EPISODES} o
+    WHERE o.tenant_id = %s AND o.id = ANY(%s::bigint[]) ORDER BY o.id FOR NO KEY UPDATE
+)
 UPDATE {EPISODES} e SET
     access_count = e.access_count + u.accesses,
     traverse_count = e.traverse_count + u.traversals,
     last_accessed_at = u.at,
     version = e.version + u.accesses + u.traversals
-FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::timestamptz[]) AS u(id, accesses, traversals, at)
-WHERE e.tenant_id = %s AND e.id = u.id
+FROM locked, unnest(%s::bigint[], %s::int[], %s::int[], %s::timestamptz[]) AS u(id, accesses, traversals, at)
+WHERE e.tenant_id = %s AND e.tenant_id = locked.tenant_id AND e.id = locked.id AND u.id = locked.id
 """
 
 
@@ -212,14 +219,14 @@ def uses_add(uses: Mapping[tuple[uuid.UUID, int], Use]) -> int:
     with transaction.atomic(), connection.cursor() as cursor:
         if own_transaction:  # never loosen a caller's transaction (ingest commits durably)
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        # Tenants in one order, and each tenant's episodes by id (the UPDATE walks the arrays in
-        # their order, one row at a time), so two processes writing the same rows take their
-        # locks in the same order and never wait for each other in a circle.
+        # Tenants in one order, and each tenant's episodes locked by id (``_ADD_USES``).
         for tenant in sorted(by_tenant, key=str):
             episodes = sorted(by_tenant[tenant])
             cursor.execute(
                 _ADD_USES,
                 [
+                    tenant,
+                    episodes,
                     episodes,
                     [uses[tenant, e].accesses for e in episodes],
                     [uses[tenant, e].traversals for e in episodes],
