@@ -338,7 +338,11 @@ def _merge_neighbours_in_memory(
         ids = np.array([row[0] for row in rows_])
         sims = vectors[sources] @ vectors[targets].T
         source_ids, target_ids = ids[sources], ids[targets]
-        sims[source_ids[:, None] == target_ids[None, :]] = -np.inf  # never the episode itself
+        # Never the episode itself: where a source is also a target (each row is one episode).
+        column = np.full(len(rows_), -1)
+        column[targets] = np.arange(len(targets))
+        own = column[sources]
+        sims[np.flatnonzero(own >= 0), own[own >= 0]] = -np.inf
         # Only pairs at the threshold can be answered, so the nearest ``neighbours`` of each source
         # are taken among those: best first, a tie by the lower id.
         src, col = np.nonzero(sims >= threshold)
