@@ -15,7 +15,7 @@ from episodes.curation import episode_forget
 from episodes.models import Episode, Layer, Link, State, Turn
 from episodes.stores.hot import hot_store
 from lifecycle.compression import WarmShape, warm_points_for_age
-from lifecycle.models import Candidate, JournalEntry, TickRun, policy_row
+from lifecycle.models import AccessWindow, Candidate, JournalEntry, TickRun, policy_row
 from lifecycle.tasks import schedule_ticks, tick_tenant
 from lifecycle.tick import tick_run
 from retrieval.services import record_access
@@ -261,6 +261,45 @@ def test_uses_spread_over_more_than_hot_days_do_not_promote(provided):
         record_access(tenant=tenant, episode_ids=[pk], now=when)
         tick_run(tenant=tenant, now=when + timedelta(hours=1))
         assert layers(tenant)[pk] != Layer.HOT
+
+
+def test_use_windows_slide_start_and_wait_as_the_promote_step_keeps_them(provided):
+    """The promote step's bookkeeping, decided on the tick's listing: an unused packed episode's
+    window slides to the tick's now once a day old, not before; a used one keeps its start; a newly
+    packed episode gets a window from its count; a forgotten one's window waits; another tenant's
+    windows are not touched."""
+    tenant, outsider = provided.tenant, Caller("tick-outsider", embedder="provided").tenant
+    idle, used, gone = (
+        conversation(tenant, session=s, idle_days=100, topic=k, seed=20 + k) for k, s in enumerate("igf")
+    )
+    theirs = conversation(outsider, session="o", idle_days=100, topic=3, seed=30)
+    for t in (tenant, outsider):
+        tick_run(tenant=t, now=NOW)
+
+    def windows(t):
+        return {
+            w.episode_id: (w.started_at, w.access_count_at_start)
+            for w in AccessWindow.objects.for_tenant(t).all()
+        }
+
+    assert set(windows(tenant)) == {idle, used, gone} and windows(tenant)[idle] == (NOW, 0)
+    record_access(tenant=tenant, episode_ids=[used], now=NOW + timedelta(hours=2))
+    fresh = conversation(tenant, session="n", idle_days=100, topic=4, seed=25)
+    tick_run(tenant=tenant, now=NOW + timedelta(hours=12))  # under a day: nothing slides
+    assert windows(tenant)[idle] == (NOW, 0) and windows(tenant)[used] == (NOW, 0)
+    assert windows(tenant)[fresh] == (NOW + timedelta(hours=12), 0)  # newly packed: from its count
+
+    episode_forget(tenant=tenant, episode_id=gone, now=NOW + timedelta(hours=13))
+    later = NOW + timedelta(days=2)
+    tick_run(tenant=tenant, now=later)
+    after = windows(tenant)
+    assert after[idle] == (later, 0)  # slid: no use since it began
+    assert after[used] == (NOW, 0)  # used once within hot_days: its window keeps its start
+    assert after[gone] == (NOW, 0)  # forgotten: waits
+    assert after[fresh] == (later, 0)
+    assert all(layer != Layer.HOT for layer in layers(tenant).values())  # no window was due a promotion
+    assert windows(outsider) == {theirs: (NOW, 0)}
+    assert layers(tenant)[used] == Layer.COLD  # one use is not three
 
 
 def test_states_and_candidates_are_marked_never_applied(provided):
