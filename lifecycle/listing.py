@@ -131,6 +131,17 @@ class Listing:
         i = self.position.get(episode_id)
         return i if i is not None and self.visible[i] else None
 
+    def rows_of(self, episode_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``row_of`` for many at once: their positions (0 where not listed) and which are listed
+        and visible."""
+        if not self.ids.size:
+            return np.zeros(episode_ids.size, dtype=np.int64), np.zeros(episode_ids.size, dtype=bool)
+        order = np.argsort(self.ids, kind="stable")
+        found = np.minimum(np.searchsorted(self.ids, episode_ids, sorter=order), self.ids.size - 1)
+        at = order[found]
+        listed = (self.ids[at] == episode_ids) & self.visible[at]
+        return np.where(listed, at, 0), listed
+
     def moved(self, episode: Episode) -> None:
         """This tick wrote ``episode`` (its instance holds what it wrote): its version, layer,
         state and key points; its scores do not change (nothing they read was written)."""

@@ -59,10 +59,7 @@ def step_promote(t: Tick) -> None:
     )
     columns = list(zip(*found, strict=True)) or [(), (), (), ()]
     window_ids, episode_ids, started, at_start = (np.asarray(c, dtype=np.int64) for c in columns)
-    at = np.asarray(
-        [-1 if (i := listing.row_of(pk)) is None else i for pk in episode_ids.tolist()], dtype=np.int64
-    )
-    listed = at >= 0  # a forgotten (or gone) episode's window waits
+    at, listed = listing.rows_of(episode_ids)  # a forgotten (or gone) episode's window waits
     count = np.where(listed, listing.stats.access_count[at], -1)
     packed = listed & (listing.layer[at] != Layer.HOT)
     # A window with no new access restarts, so it begins at most a day before the first new one.
