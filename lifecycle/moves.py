@@ -22,7 +22,7 @@ from memory_platform import db
 from . import scoring, transitions
 from .compression import ColdShape, WarmShape, warm_points_for_age
 from .journal import snapshot
-from .listing import micros_of as _us
+from .listing import micros_of
 from .models import AccessWindow
 from .tenant_policy import Policy
 from .tick_context import Tick, TickInterrupted, days_between
@@ -54,7 +54,7 @@ def step_promote(t: Tick) -> None:
     if not listing.ids.size:
         return
     found = db.fetch(
-        f"SELECT id, episode_id, {_us('started_at')}, access_count_at_start FROM {_WINDOWS} WHERE tenant_id = %s",
+        f"SELECT id, episode_id, {micros_of('started_at')}, access_count_at_start FROM {_WINDOWS} WHERE tenant_id = %s",
         [tenant.pk],
     )
     columns = list(zip(*found, strict=True)) or [(), (), (), ()]
