@@ -44,19 +44,13 @@ _packed_count_cache: dict[str, tuple[float, tuple[int | None, tuple[int, int]]]]
 
 
 # The query's lexemes (``language.TEXT_CONFIG``; the query as ``language.query_text`` gives it):
-# all of them (NULL when it has none) ...
+# all of them, any one of them, or any two of them (NULL when there are none, or fewer than two).
+# Each is computed while the statement is planned (migration 0025: IMMUTABLE functions of the
+# text), so the planner estimates its matches from the column's statistics
+# (docs/decisions/0061).
 _ALL_WORDS_QUERY = f"(SELECT plainto_tsquery('{TEXT_CONFIG}', %s) AS query)"
-# ... any one of them ...
-_ANY_WORD_QUERY = (
-    "(SELECT NULLIF(string_agg(quote_literal(l), ' | '), '')::tsquery AS query "
-    f"FROM unnest(tsvector_to_array(to_tsvector('{TEXT_CONFIG}', %s))) l)"
-)
-# ... or any two of them (NULL when it has fewer than two).
-_TWO_WORDS_QUERY = (
-    "(SELECT NULLIF(string_agg(quote_literal(a) || ' & ' || quote_literal(b), ' | '), '')::tsquery AS query "
-    f"FROM (SELECT tsvector_to_array(to_tsvector('{TEXT_CONFIG}', %s)) AS ls) x, unnest(x.ls) a, unnest(x.ls) b "
-    "WHERE a < b)"
-)
+_ANY_WORD_QUERY = f"(SELECT episodes_any_word_query('{TEXT_CONFIG}', %s) AS query)"
+_TWO_WORDS_QUERY = f"(SELECT episodes_word_pairs_query('{TEXT_CONFIG}', %s) AS query)"
 
 
 def turn_counts(tenant: Tenant, layers_version: int | None = None) -> tuple[int, int]:

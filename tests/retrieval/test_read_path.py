@@ -11,6 +11,7 @@ from django.db import connection, transaction
 
 from episodes.models import Episode, Turn
 from episodes.scope import Scope
+from memory_platform import db
 from memory_platform.embeddings import get_embedder
 from retrieval.usage import UsageRecorder, recorder
 
@@ -292,6 +293,32 @@ def test_the_broad_full_text_pass_is_any_word_when_exact_and_any_two_words_at_sc
     found = {Episode.objects.across_tenants("test").get(pk=hit.episode_id).public_id for hit in text_hits}
     assert episodes["two"] in found and episodes["none"] not in found
     assert (episodes["one"] in found) is (plan == "exact")
+
+
+@pytest.mark.parametrize("plan", ["exact", "approximate"])
+def test_the_planner_knows_the_broad_passs_words(caller, monkeypatch, plan):
+    # Computed while planning, the broad pass's tsquery is in the plan as a constant, so its
+    # matches are estimated from the column's statistics rather than as a fixed share of every
+    # tenant's packed turns (docs/decisions/0061).
+    from episodes.stores import archive
+
+    monkeypatch.setattr(archive, "EXACT_PACKED_TURNS", 10_000 if plan == "exact" else 0)
+    monkeypatch.setattr(archive, "_packed_count_cache", {})
+    pack(turns(caller, "s1", ["my sister adopted a greyhound named comet", "ok"])["episode_ids"][0], "warm")
+    statements = []
+
+    def keep(execute, sql, params, many, context):
+        if "window_vector @@" in sql:
+            statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        archive.text_search(caller.tenant, text="greyhound sister", scope=Scope(layers=("warm",)), k=10)
+    (sql, params), *_ = statements
+    plan_text = "\n".join(line for (line,) in db.fetch(f"EXPLAIN {sql}", params))
+    broad = "'greyhound' & 'sister'" if plan == "approximate" else "'greyhound' | 'sister'"
+    assert broad in plan_text.replace("''", "'")
+    assert "string_agg" not in plan_text
 
 
 def test_the_all_words_pass_ranks_at_most_its_cap_of_matches(caller, monkeypatch):
