@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from django.core.management import call_command
@@ -54,14 +55,21 @@ def test_bench_search_measures_every_path_and_leaves_nothing_behind(monkeypatch)
 def test_a_kept_tenant_is_reused_only_while_its_layers_are_as_loaded(monkeypatch):
     monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "memory_platform.settings")
     from episodes.models import Episode
+    from episodes.stores.hot import hot_store
 
     def bench(*flags: str) -> str:
         out = io.StringIO()
         call_command("bench", "search", "--sizes", "300", "--queries", "5", *flags, stdout=out)
         return out.getvalue()
 
-    bench("--keep")
+    log = bench("--keep")
+    assert re.search(r"loaded in \d+ s; the database grew by \d+ MB, Redis's memory by -?\d+ MB", log)
     kept = Tenant.objects.get(name__startswith="bench-search-300-")
+    # Loaded as ingest leaves a tenant (all 300 fit in its hot tier): indexed in Redis.
+    hot_ids = set(
+        Episode.objects.across_tenants("test").filter(tenant=kept, layer="hot").values_list("pk", flat=True)
+    )
+    assert len(hot_ids) == 300 and hot_store().episode_ids(kept.id.hex) == hot_ids
     assert f"reusing {kept.name}" in bench("--reuse")
     # A tick beside `make run` moves episodes out of hot: the tenant no longer is what was loaded.
     Episode.objects.across_tenants("test").filter(
