@@ -178,7 +178,13 @@ def vector_candidates(
         )
         args.extend([*params, literal, k])
     rows = db.fetch(" UNION ALL ".join(parts), args) if parts else []
-    return [ArchiveHit(int(e), int(t) if t is not None else None, 0.0, db.vector_of(v)) for e, t, v in rows]
+    if not rows:
+        return []
+    vectors = db.vector_rows([v for _, _, v in rows])  # decoded at once
+    return [
+        ArchiveHit(int(e), int(t) if t is not None else None, 0.0, vectors[i])
+        for i, (e, t, _) in enumerate(rows)
+    ]
 
 
 Scored = TypeVar("Scored", bound=Any)
