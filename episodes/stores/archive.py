@@ -109,6 +109,16 @@ class ArchiveHit:
     vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
+def exact_plan(tenant: Tenant) -> bool:
+    """Whether the tenant's warm and cold search takes the exact plan (see ``_plan``)."""
+    return packed_turns(tenant) <= EXACT_PACKED_TURNS
+
+
+def text_cap(exact: bool) -> int:
+    """How many matches each full-text pass ranks, on the exact plan or the approximate one."""
+    return TEXT_CANDIDATES_EXACT if exact else TEXT_CANDIDATES
+
+
 def _plan(tenant: Tenant, scope: Scope, raw_turns: bool) -> tuple[bool, bool, str, list[Any]]:
     """(exact, shapes, WHERE on ``e``, its parameters). Two plans, by the tenant's size. Up to
     EXACT_PACKED_TURNS packed turns, everything is exact and complete: packed turns and episode
@@ -122,7 +132,7 @@ def _plan(tenant: Tenant, scope: Scope, raw_turns: bool) -> tuple[bool, bool, st
     episodes; on the approximate plan the raw turns cover what they say."""
     layers = scope.layers or ALL_LAYERS
     where, params = scope.sql("e")
-    exact = packed_turns(tenant) <= EXACT_PACKED_TURNS
+    exact = exact_plan(tenant)
     shapes = not raw_turns or exact or Layer.HOT in layers
     return exact, shapes, f"e.tenant_id = %s AND {where}", [tenant.pk, *params]
 
@@ -226,7 +236,7 @@ def text_search(
     exact, shapes, where, params = _plan(tenant, scope, raw_turns)
     tenant_id = tenant.pk
     broad = _ANY_WORD_QUERY if exact else _TWO_WORDS_QUERY
-    cap = TEXT_CANDIDATES_EXACT if exact else TEXT_CANDIDATES
+    cap = text_cap(exact)
     parts: list[str] = []
     args: list[Any] = []
     if raw_turns:

@@ -5,7 +5,10 @@ For each measured query, in the same run as the platform's own figures:
 - the query's embedding alone (the local model, as a search without a caller vector pays it);
 - one bare round trip to the tenant's hot index: its KNN and its full text, pipelined, ids only;
 - one bare statement on its warm and cold rows: the nearest packed turns by pgvector and the packed
-  turns matching the query's words by full text, ids only.
+  turns matching the query's words by full text, ids only. Like the platform's, its full text ranks
+  at most as many matches as the platform's plan for the tenant does (``archive.text_cap``):
+  a common word matches thousands of a large tenant's turns, and ranking them all is work the
+  platform does not do.
 
 The floor of a query is the slower of the two stores (the platform may ask both at once), plus the
 embedding where the platform embeds. What the platform adds above it (Python, the ranking, the
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from episodes.language import TEXT_CONFIG, query_terms, query_text
+from episodes.stores import archive
 from episodes.stores.hot import hot_store
 from episodes.stores.tables import EPISODES, TURNS
 from memory_platform import db
@@ -36,8 +40,9 @@ _PACKED = (
 #: The nearest packed turns and the packed turns holding the query's words, in one statement.
 _STATEMENT = (
     f"(SELECT t.id {_PACKED} AND t.embedding IS NOT NULL ORDER BY t.embedding <=> %s::vector LIMIT %s) "
-    f"UNION ALL (SELECT t.id {_PACKED} AND t.window_vector @@ plainto_tsquery('{TEXT_CONFIG}', %s) "
-    f"ORDER BY ts_rank(t.window_vector, plainto_tsquery('{TEXT_CONFIG}', %s)) DESC LIMIT %s)"
+    f"UNION ALL (SELECT m.id FROM (SELECT t.id, t.window_vector {_PACKED} "
+    f"AND t.window_vector @@ plainto_tsquery('{TEXT_CONFIG}', %s) LIMIT %s) m "
+    f"ORDER BY ts_rank(m.window_vector, plainto_tsquery('{TEXT_CONFIG}', %s)) DESC LIMIT %s)"
 )
 
 
@@ -89,11 +94,12 @@ def measure_floor(tenant: Tenant, queries: list[tuple[str, list[float]]]) -> Flo
     embedder = get_embedder("local")
     tenant_hex = tenant.id.hex
     index = hot_store().ensure_index(tenant_hex)
+    cap = archive.text_cap(archive.exact_plan(tenant))
     floor = Floor()
     for text, vector in queries:
         floor.embedding.append(_timed(lambda: embedder.embed_one(text)))  # noqa: B023 - called at once
         floor.hot.append(_timed(_hot_query(index, np.asarray(vector), query_terms(text).words, k)))
         lexemes = query_text(text)
-        args = [tenant.pk, tenant.pk, db.Vector(vector), k, tenant.pk, tenant.pk, lexemes, lexemes, k]
+        args = [tenant.pk, tenant.pk, db.Vector(vector), k, tenant.pk, tenant.pk, lexemes, cap, lexemes, k]
         floor.packed.append(_timed(lambda: db.fetch(_STATEMENT, args)))  # noqa: B023 - called at once
     return floor
