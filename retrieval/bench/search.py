@@ -16,8 +16,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,8 @@ from .floor import measure_floor
 from .text import sentence
 
 BATCH = 2000
+#: Connections writing the load's batches at once.
+LOAD_WRITERS = 2
 
 
 def planned_layers(size: int, hot_quota: int) -> list[str]:
@@ -74,6 +77,34 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
     start = now - timedelta(days=200)
     store = hot_store()
     vectors_all = np.empty((size, EMBEDDING_DIM), dtype=np.float32)
+
+    def write(episodes: list[Episode], texts: list[str], vectors: np.ndarray) -> None:
+        copy_rows(episodes)
+        turns = [
+            Turn(
+                tenant=tenant,
+                episode=e,
+                session_id=e.session_id,
+                seq=0,
+                role="memory",
+                text=texts[i],
+                occurred_at=e.first_occurred_at,
+                ingested_at=now,
+                embedding=vectors[i],
+                context_embedding=vectors[i],
+            )
+            for i, e in enumerate(episodes)
+        ]
+        copy_rows(turns)
+        hot = [(e, t) for e, t in zip(episodes, turns, strict=True) if e.layer == "hot"]
+        if hot:
+            store.index_episodes([(e, turn_documents(e, [t])) for e, t in hot], new=[e.pk for e in episodes])
+
+    # The batches are drawn here, in order (one random generator), and written by LOAD_WRITERS
+    # connections at once: inserting into the HNSW graphs keeps one Postgres process busy.
+    pending: deque[tuple[Future[None], int]] = deque()
+    written = 0
+    pool = ThreadPoolExecutor(max_workers=LOAD_WRITERS, thread_name_prefix="bench-load")
     try:
         for offset in range(0, size, BATCH):
             n = min(BATCH, size - offset)
@@ -104,33 +135,19 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
                 )
                 for i in range(n)
             ]
-            copy_rows(episodes)
-            turns = [
-                Turn(
-                    tenant=tenant,
-                    episode=e,
-                    session_id=e.session_id,
-                    seq=0,
-                    role="memory",
-                    text=texts[i],
-                    occurred_at=when[i],
-                    ingested_at=now,
-                    embedding=vectors[i],
-                    context_embedding=vectors[i],
-                )
-                for i, e in enumerate(episodes)
-            ]
-            copy_rows(turns)
-            hot = [(e, t) for e, t in zip(episodes, turns, strict=True) if e.layer == "hot"]
-            if hot:
-                store.index_episodes(
-                    [(e, turn_documents(e, [t])) for e, t in hot], new=[e.pk for e in episodes]
-                )
-            elapsed = time.perf_counter() - started
-            log(f"  loaded {offset + n}/{size} episodes ({(offset + n) / elapsed:.0f}/s)")
+            pending.append((pool.submit(db.in_worker, write, episodes, texts, vectors), n))
+            while len(pending) >= LOAD_WRITERS or (pending and offset + n == size):
+                future, count = pending.popleft()
+                future.result()
+                written += count
+                log(f"  loaded {written}/{size} episodes ({written / (time.perf_counter() - started):.0f}/s)")
     except BaseException:  # Ctrl-C or an error half-way: no partly loaded tenant is left behind
+        pool.shutdown(wait=True, cancel_futures=True)
         drop_tenant(tenant, now=timezone.now(), log=lambda line: log(f"  {line}"))
         raise
+    finally:
+        pool.shutdown(wait=True)
+        db.close_worker_connections()
     # Fresh planner statistics, as autovacuum leaves them after a bulk load: with none for the new
     # tenant, Postgres may scan its rows exactly instead of through the HNSW graph.
     with connection.cursor() as cursor:
