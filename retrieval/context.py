@@ -18,13 +18,13 @@ from typing import Any
 from episodes import shapes
 from episodes.models import Episode, Layer, Link, LinkKind, State
 from episodes.scope import Scope
-from episodes.stores.rows import TurnRow, turn_texts, turns_for
+from episodes.stores.rows import TurnRow, turn_texts, turns_for, turns_with_similarity
 from memory_platform.tenancy.models import Tenant
 
 from . import evidence
 from .evidence import Budget, estimate_tokens
 from .query import DEFAULT_SCOPE, SearchQuery
-from .services import Hit, record_access, search, turn_similarity
+from .services import Hit, record_access, search
 
 #: At most these shares of the budget go to the standing facts and to this conversation's turns
 #: (the rest, and whatever they leave, to the evidence for the query).
@@ -87,7 +87,13 @@ def context(
     shown = {e.pk for e in anchors + session_eps}
     relevant = [h for h in relevant if h.episode.pk not in shown]
     episode_ids = [*shown, *(h.episode.pk for h in relevant)]
-    turns = turns_for(tenant, episode_ids, full={e.pk for e in anchors + session_eps if e.layer == Layer.HOT})
+    # The turns' similarities to the query in the same statement (the evidence is chosen by them).
+    turns, similarity = turns_with_similarity(
+        tenant,
+        episode_ids,
+        full={e.pk for e in anchors + session_eps if e.layer == Layer.HOT},
+        vector=vector if relevant else None,
+    )
 
     cap = written.used + int(max_tokens * ANCHOR_SHARE)
     for episode in anchors:
@@ -114,7 +120,7 @@ def context(
         lists,
         Budget(tokens=max(0, room), neighbours=neighbours),
         spent=sum(dated),
-        similarity=turn_similarity(tenant, relevant, vector),
+        similarity=similarity,
         question=query_text,
     )
     picked = [[row[i] for i in positions] for row, positions in zip(lists, chosen, strict=True)]

@@ -24,7 +24,6 @@ from episodes.scope import ALL_LAYERS, Scope
 from episodes.services import EpisodeNotFound
 from episodes.stores import archive, rows
 from episodes.stores.hot import HotUnavailable, hot_store, unavailable_reason
-from episodes.stores.rows import turns_for
 from lifecycle import scoring
 from lifecycle.models import read_policy
 from lifecycle.services import feedback_review
@@ -399,7 +398,8 @@ def hit_bodies(
     (``evidence.Clues``)."""
     ids = [h.episode.pk for h in hits]
     full = {h.episode.pk for h in hits if shapes.shows_turns(h.episode, deep=deep)}
-    turns = turns_for(tenant, ids, full=full)
+    # The turns' similarities to the query in the same statement (the evidence is chosen by them).
+    turns, similarity = rows.turns_with_similarity(tenant, ids, full=full, vector=vector if hits else None)
     shown: list[list[Any] | None] = [None] * len(hits)
     framed: set[int] = set()
     if not deep:
@@ -412,9 +412,7 @@ def hit_bodies(
                 tenant, [pk for pk in evidence.candidate_ids(hits, lists, budget.neighbours) if pk in unread]
             )
             lists = [[read.get(t.pk, t) for t in row] for row in lists]
-        chosen = evidence.choose(
-            hits, lists, budget, similarity=turn_similarity(tenant, hits, vector), question=question
-        )
+        chosen = evidence.choose(hits, lists, budget, similarity=similarity, question=question)
         rows_of = [[row[i] for i in positions] for row, positions in zip(lists, chosen, strict=True)]
         texts = rows.turn_texts(tenant, [t.pk for row in rows_of for t in row if not t.text])
         shown = [[texts.get(t.pk, t) for t in row] for row in rows_of]
@@ -446,14 +444,6 @@ def hit_bodies(
         )
         for rank, h in enumerate(hits)
     ]
-
-
-def turn_similarity(tenant: Tenant, hits: list[Hit], vector: np.ndarray | None) -> dict[int, float] | None:
-    """Turn id -> cosine to ``vector`` for every turn of the hits (None without a vector)."""
-    if vector is None or not hits:
-        return None
-    found = rows.turn_similarities(tenant, [h.episode.pk for h in hits], vector)
-    return {turn: sim for sims in found.values() for turn, sim in sims}
 
 
 # --- activation ------------------------------------------------------------------------------------

@@ -106,24 +106,60 @@ def turns_for(
     """The tenant's turns of these episodes, in order, in one statement: every shown field for
     ``full`` episodes and for the turns in ``texts``, ids only for the others (their text stays in
     the database)."""
+    return turns_with_similarity(tenant, episode_ids, full=full, texts=texts)[0]
+
+
+def turns_with_similarity(
+    tenant: Tenant,
+    episode_ids: Sequence[int],
+    *,
+    full: set[int],
+    texts: Sequence[int] = (),
+    vector: np.ndarray | None = None,
+) -> tuple[dict[int, list[TurnRow]], dict[int, float] | None]:
+    """``turns_for``, and in the same statement each embedded turn's cosine similarity to
+    ``vector`` by turn id (None without a vector)."""
     out: dict[int, list[TurnRow]] = {e: [] for e in episode_ids}
     if not episode_ids:
-        return out
+        return out, None if vector is None else {}
+    similarity = "NULL::float8" if vector is None else "1 - (embedding <=> %s::vector)"
     rows = db.fetch(
         "SELECT id, episode_id, seq, public_id, s.shown, role, CASE WHEN s.shown THEN text END, occurred_at, "
-        f"CASE WHEN s.shown THEN metadata END, language, length(text) FROM {TURNS}, "
+        f"CASE WHEN s.shown THEN metadata END, language, length(text), {similarity} FROM {TURNS}, "
         "LATERAL (SELECT episode_id = ANY(%s) OR id = ANY(%s) AS shown) s "
         "WHERE tenant_id = %s AND episode_id = ANY(%s) ORDER BY episode_id, seq, id",
-        [list(full), list(texts), tenant.pk, list(episode_ids)],
+        [
+            *([] if vector is None else [db.Vector(vector)]),
+            list(full),
+            list(texts),
+            tenant.pk,
+            list(episode_ids),
+        ],
     )
-    for pk, episode_id, seq, public_id, shown, role, text, occurred_at, metadata, language, chars in rows:
+    sims: dict[int, float] | None = None if vector is None else {}
+    for (
+        pk,
+        episode_id,
+        seq,
+        public_id,
+        shown,
+        role,
+        text,
+        occurred_at,
+        metadata,
+        language,
+        chars,
+        sim,
+    ) in rows:
         turn = (
             TurnRow(pk, episode_id, seq, public_id, role, text, occurred_at, metadata or {}, language, chars)
             if shown
             else TurnRow(pk, episode_id, seq, public_id, chars=chars)
         )
         out[episode_id].append(turn)
-    return out
+        if sims is not None and sim is not None:
+            sims[int(pk)] = float(sim)
+    return out, sims
 
 
 def turn_texts(tenant: Tenant, turn_ids: Sequence[int]) -> dict[int, TurnRow]:

@@ -114,6 +114,14 @@ def test_by_id_reads_carry_the_tenant(caller, outsider):
     vector = np.ones(384, dtype=np.float32)
     assert rows.turn_similarities(outsider.tenant, [episode_id], vector) == {}
     assert set(rows.turn_similarities(caller.tenant, [episode_id], vector)) == {episode_id}
+    theirs = rows.turns_with_similarity(outsider.tenant, [episode_id], full={episode_id}, vector=vector)
+    assert theirs == ({episode_id: []}, {})
+    turns, similarity = rows.turns_with_similarity(
+        caller.tenant, [episode_id], full={episode_id}, vector=vector
+    )
+    assert [t.pk for t in turns[episode_id]] == [turn_id] and set(similarity or {}) == {turn_id}
+    expected = rows.turn_similarities(caller.tenant, [episode_id], vector)[episode_id][0][1]
+    assert similarity is not None and similarity[turn_id] == pytest.approx(expected)
     uses = {(outsider.tenant.pk, episode_id): rows.Use(accesses=1, traversals=0, at=timezone.now())}
     assert rows.uses_add(uses) == 0  # the outsider's tenant id with our episode id matches no row
 
