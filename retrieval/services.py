@@ -399,7 +399,7 @@ def hit_bodies(
     ids = [h.episode.pk for h in hits]
     full = {h.episode.pk for h in hits if shapes.shows_turns(h.episode, deep=deep)}
     # The turns' similarities to the query in the same statement (the evidence is chosen by them).
-    turns, similarity = rows.turns_with_similarity(tenant, ids, full=full, vector=vector if hits else None)
+    turns, similarity = rows.turns_with_similarity(tenant, ids, full=full, vector=None if deep else vector)
     shown: list[list[Any] | None] = [None] * len(hits)
     framed: set[int] = set()
     if not deep:

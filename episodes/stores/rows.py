@@ -137,20 +137,8 @@ def turns_with_similarity(
         ],
     )
     sims: dict[int, float] | None = None if vector is None else {}
-    for (
-        pk,
-        episode_id,
-        seq,
-        public_id,
-        shown,
-        role,
-        text,
-        occurred_at,
-        metadata,
-        language,
-        chars,
-        sim,
-    ) in rows:
+    for *fields, sim in rows:
+        pk, episode_id, seq, public_id, shown, role, text, occurred_at, metadata, language, chars = fields
         turn = (
             TurnRow(pk, episode_id, seq, public_id, role, text, occurred_at, metadata or {}, language, chars)
             if shown
