@@ -52,70 +52,23 @@ def load_tenant(tenant, texts: list[str], vectors: np.ndarray) -> float:  # type
     """A tenant of one-turn episodes holding ``texts`` with ``vectors``, laid out as `bench search`
     lays out its own (``retrieval.bench.search.load_tenant``): the newest ``hot_quota`` hot, the
     older ones packed, two warm for one cold, as the hot quota and the lifecycle leave them."""
-    from episodes.indexing import turn_documents
-    from episodes.models import Episode, Turn
-    from episodes.stores.hot import hot_store
     from episodes.stores.tables import EPISODES, TURNS
     from lifecycle.models import read_policy
-    from retrieval.bench.search import planned_layers
+    from retrieval.bench.search import planned_layers, write_batch
 
     size = len(texts)
     planned = planned_layers(size, int(read_policy(tenant).hot_quota))
     now = timezone.now()
     start = now - timedelta(days=200)
-    store = hot_store()
     batch = 2000
     started = time.perf_counter()
     for offset in range(0, size, batch):
         n = min(batch, size - offset)
-        chunk = texts[offset : offset + n]
-        vecs = vectors[offset : offset + n]
         when = [start + timedelta(seconds=(200 * 86400 // size) * (offset + i)) for i in range(n)]
         layers = planned[offset : offset + n]
-        episodes = Episode.objects.bulk_create(
-            [
-                Episode(
-                    tenant=tenant,
-                    kind="note",
-                    title=chunk[i][:60],
-                    session_id=f"s{(offset + i) // 100}",
-                    layer=layers[i],
-                    summary=chunk[i] if layers[i] != "hot" else "",
-                    key_points=[chunk[i]] if layers[i] != "hot" else [],
-                    headline=chunk[i][:60] if layers[i] == "cold" else "",
-                    first_occurred_at=when[i],
-                    last_occurred_at=when[i],
-                    last_accessed_at=now,
-                    turn_count=1,
-                    embedding=vecs[i],
-                    search_text=chunk[i] if layers[i] != "cold" else chunk[i][:60],
-                    raw_chars=len(chunk[i]),
-                )
-                for i in range(n)
-            ]
+        write_batch(
+            tenant, offset, texts[offset : offset + n], vectors[offset : offset + n], when, layers, now
         )
-        turns = Turn.objects.bulk_create(
-            [
-                Turn(
-                    tenant=tenant,
-                    episode=e,
-                    session_id=e.session_id,
-                    seq=0,
-                    role="memory",
-                    text=chunk[i],
-                    occurred_at=when[i],
-                    ingested_at=now,
-                    embedding=vecs[i],
-                    # A one-turn episode's window is the turn itself: its window vector is its own.
-                    context_embedding=vecs[i],
-                )
-                for i, e in enumerate(episodes)
-            ]
-        )
-        for episode, turn in zip(episodes, turns, strict=True):
-            if episode.layer == "hot":
-                episode.tenant = tenant
-                store.index_episode(episode, turn_documents(episode, [turn]))
         done = offset + n
         if done % 10_000 == 0 or done == size:
             log(f"loaded {done}/{size} ({done / (time.perf_counter() - started):.0f} memories/s)")

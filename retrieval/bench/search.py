@@ -17,9 +17,9 @@ import sys
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -61,6 +61,62 @@ def planned_layers(size: int, hot_quota: int) -> list[str]:
     return ["hot" if i >= hot_from else ("warm" if i % 3 else "cold") for i in range(size)]
 
 
+def write_batch(
+    tenant: Tenant,
+    offset: int,
+    texts: Sequence[str],
+    vectors: np.ndarray,
+    when: Sequence[datetime],
+    layers: Sequence[str],
+    now: datetime,
+) -> None:
+    """One batch of a load: one-turn episodes ``offset``.. holding ``texts`` with ``vectors`` (own
+    and window: a one-turn episode's window is the turn itself), in ``layers``, written by COPY as
+    ingest writes them; the hot ones indexed in Redis."""
+    episodes = [
+        Episode(
+            tenant=tenant,
+            kind="note",
+            title=text[:60],
+            session_id=f"s{(offset + i) // 100}",
+            layer=layer,
+            summary=text if layer != "hot" else "",
+            key_points=[text] if layer != "hot" else [],
+            headline=text[:60] if layer == "cold" else "",
+            first_occurred_at=when[i],
+            last_occurred_at=when[i],
+            last_accessed_at=now,
+            turn_count=1,
+            embedding=vectors[i],
+            search_text=text if layer != "cold" else text[:60],
+            raw_chars=len(text),
+        )
+        for i, (text, layer) in enumerate(zip(texts, layers, strict=True))
+    ]
+    copy_rows(episodes)
+    turns = [
+        Turn(
+            tenant=tenant,
+            episode=e,
+            session_id=e.session_id,
+            seq=0,
+            role="memory",
+            text=texts[i],
+            occurred_at=e.first_occurred_at,
+            ingested_at=now,
+            embedding=vectors[i],
+            context_embedding=vectors[i],
+        )
+        for i, e in enumerate(episodes)
+    ]
+    copy_rows(turns)
+    hot = [(e, t) for e, t in zip(episodes, turns, strict=True) if e.layer == "hot"]
+    if hot:
+        hot_store().index_episodes(
+            [(e, turn_documents(e, [t])) for e, t in hot], new=[e.pk for e in episodes]
+        )
+
+
 def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None]) -> tuple[Tenant, np.ndarray]:
     """A tenant of ``size`` episodes of one turn each, laid out by ``planned_layers``, written by
     COPY (``episodes.stores.bulk_copy``); the hot ones indexed in Redis a batch at a time. Logs how
@@ -75,30 +131,7 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
     topics = rng.normal(size=(max(10, size // 50), EMBEDDING_DIM)).astype(np.float32)
     now = timezone.now()
     start = now - timedelta(days=200)
-    store = hot_store()
     vectors_all = np.empty((size, EMBEDDING_DIM), dtype=np.float32)
-
-    def write(episodes: list[Episode], texts: list[str], vectors: np.ndarray) -> None:
-        copy_rows(episodes)
-        turns = [
-            Turn(
-                tenant=tenant,
-                episode=e,
-                session_id=e.session_id,
-                seq=0,
-                role="memory",
-                text=texts[i],
-                occurred_at=e.first_occurred_at,
-                ingested_at=now,
-                embedding=vectors[i],
-                context_embedding=vectors[i],
-            )
-            for i, e in enumerate(episodes)
-        ]
-        copy_rows(turns)
-        hot = [(e, t) for e, t in zip(episodes, turns, strict=True) if e.layer == "hot"]
-        if hot:
-            store.index_episodes([(e, turn_documents(e, [t])) for e, t in hot], new=[e.pk for e in episodes])
 
     # The batches are drawn here, in order (one random generator), and written by LOAD_WRITERS
     # connections at once: inserting into the HNSW graphs keeps one Postgres process busy.
@@ -115,27 +148,9 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
             texts = [f"note {offset + i}: " + sentence(rng, 20) for i in range(n)]
             when = [start + timedelta(seconds=(200 * 86400 // size) * (offset + i)) for i in range(n)]
             layers = planned[offset : offset + n]
-            episodes = [
-                Episode(
-                    tenant=tenant,
-                    kind="note",
-                    title=texts[i][:60],
-                    session_id=f"s{(offset + i) // 100}",
-                    layer=layers[i],
-                    summary=texts[i] if layers[i] != "hot" else "",
-                    key_points=[texts[i]] if layers[i] != "hot" else [],
-                    headline=texts[i][:60] if layers[i] == "cold" else "",
-                    first_occurred_at=when[i],
-                    last_occurred_at=when[i],
-                    last_accessed_at=now,
-                    turn_count=1,
-                    embedding=vectors[i],
-                    search_text=texts[i] if layers[i] != "cold" else texts[i][:60],
-                    raw_chars=len(texts[i]),
-                )
-                for i in range(n)
-            ]
-            pending.append((pool.submit(db.in_worker, write, episodes, texts, vectors), n))
+            pending.append(
+                (pool.submit(db.in_worker, write_batch, tenant, offset, texts, vectors, when, layers, now), n)
+            )
             while len(pending) >= LOAD_WRITERS or (pending and offset + n == size):
                 future, count = pending.popleft()
                 future.result()
