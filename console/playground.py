@@ -1,5 +1,5 @@
 """The search playground: a query run as one of the user's tenants, through the search the API
-runs (``retrieval.services.search_shaped``), showing each hit with the turns the answer chose and
+runs (``retrieval.shaping.search_shaped``), showing each hit with the turns the answer chose and
 how it was ranked (``explain``).
 
 A trial leaves the memories as they were: it records no access (which would raise the hits'
@@ -20,7 +20,7 @@ from episodes.layers import Layer
 from episodes.scope import Scope
 from memory_platform.admin_base import visible_tenants
 from retrieval.query import SearchQuery
-from retrieval.services import search_shaped
+from retrieval.shaping import search_shaped
 
 
 class PlaygroundForm(forms.Form):

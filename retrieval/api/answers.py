@@ -10,7 +10,8 @@ from typing_extensions import Doc
 from episodes.models import Layer
 from episodes.shapes import CompactHit, Hit
 
-from ..services import Activation, SearchResult, ShapedSearch
+from ..services import SearchResult
+from ..shaping import Activation, ShapedSearch
 
 
 class SearchExplain(TypedDict):

@@ -18,7 +18,7 @@ from memory_platform.api.base import TenantAPIView
 from memory_platform.api.errors import Conflict
 from memory_platform.tenancy.models import Tenant
 
-from .. import services, usage
+from .. import services, shaping, usage
 from ..context import context
 from ..evidence import Budget
 from ..query import ACTIVE_ONLY, DEFAULT_SCOPE, SearchQuery
@@ -69,7 +69,7 @@ class SearchView(TenantAPIView):
         default = Budget.default()
         now = timezone.now()
         # The accesses are queued and written in the background, many searches per statement.
-        shaped = services.search_shaped(
+        shaped = shaping.search_shaped(
             tenant=self.tenant,
             query=query,
             now=now,
@@ -95,7 +95,7 @@ class ActivateView(TenantAPIView):
         serializer = s.ActivateInSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
-        activation = services.activate(
+        activation = shaping.activate(
             tenant=self.tenant,
             kind=d["kind"],
             query_text=d["query"],

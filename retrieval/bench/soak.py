@@ -42,7 +42,7 @@ from memory_platform.tenancy.models import Tenant
 from memory_platform.tenancy.services import tenant_create
 from retrieval import usage
 from retrieval.query import SearchQuery
-from retrieval.services import search_shaped
+from retrieval.shaping import search_shaped
 from rights.deletion import drop_tenant
 
 from . import soak_probes, soak_report

@@ -32,7 +32,8 @@ from memory_platform.tenancy.services import tenant_create
 from retrieval.context import context
 from retrieval.query import SearchQuery
 from retrieval.ranking import RetrievalWeights
-from retrieval.services import hit_bodies, search
+from retrieval.services import search
+from retrieval.shaping import hit_bodies
 
 from .metrics import CONTEXT_BUDGETS, Read, Report, count_tokens, score_episodes, score_ranking
 
