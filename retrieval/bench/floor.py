@@ -37,9 +37,11 @@ _PACKED = (
     f"FROM {TURNS} t JOIN {EPISODES} e ON e.id = t.episode_id "
     "WHERE t.tenant_id = %s AND t.packed AND e.tenant_id = %s"
 )
-#: The nearest packed turns and the packed turns holding the query's words, in one statement.
+#: The nearest packed turns and the packed turns holding the query's words, in one statement; on
+#: the exact plan (``{exact}`` is " + 0") the distance is computed for each of the tenant's rows, as
+#: the platform does for a small tenant, instead of walking a graph shared with every other tenant.
 _STATEMENT = (
-    f"(SELECT t.id {_PACKED} AND t.embedding IS NOT NULL ORDER BY t.embedding <=> %s::vector LIMIT %s) "
+    f"(SELECT t.id {_PACKED} AND t.embedding IS NOT NULL ORDER BY t.embedding <=> %s::vector {{exact}} LIMIT %s) "
     f"UNION ALL (SELECT m.id FROM (SELECT t.id, t.window_vector {_PACKED} "
     f"AND t.window_vector @@ plainto_tsquery('{TEXT_CONFIG}', %s) LIMIT %s) m "
     f"ORDER BY ts_rank(m.window_vector, plainto_tsquery('{TEXT_CONFIG}', %s)) DESC LIMIT %s)"
@@ -94,12 +96,15 @@ def measure_floor(tenant: Tenant, queries: list[tuple[str, list[float]]]) -> Flo
     embedder = get_embedder("local")
     tenant_hex = tenant.id.hex
     index = hot_store().ensure_index(tenant_hex)
-    cap = archive.text_cap(archive.exact_plan(tenant))
+    exact = archive.exact_plan(tenant)
+    cap = archive.text_cap(exact)
+    # A tenant with nothing packed is never searched in Postgres (``archive.layers_version_if_any``).
+    statement = _STATEMENT.format(exact="+ 0" if exact else "") if archive.packed_turns(tenant) else None
     floor = Floor()
     for text, vector in queries:
         floor.embedding.append(_timed(lambda: embedder.embed_one(text)))  # noqa: B023 - called at once
         floor.hot.append(_timed(_hot_query(index, np.asarray(vector), query_terms(text).words, k)))
         lexemes = query_text(text)
         args = [tenant.pk, tenant.pk, db.Vector(vector), k, tenant.pk, tenant.pk, lexemes, cap, lexemes, k]
-        floor.packed.append(_timed(lambda: db.fetch(_STATEMENT, args)))  # noqa: B023 - called at once
+        floor.packed.append(_timed(lambda: db.fetch(statement, args)) if statement else 0.0)  # noqa: B023
     return floor

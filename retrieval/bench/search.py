@@ -336,9 +336,24 @@ def reuse_tenant(size: int, log: Callable[[str], None]) -> tuple[Tenant, np.ndar
                 f"({_layers(found)} instead of {_layers(planned)})"
             )
             continue
-        vectors = Episode.objects.filter(tenant=tenant).values_list("embedding", flat=True)
-        return tenant, np.asarray(list(vectors), dtype=np.float32)
+        return tenant, _sampled_vectors(tenant, size)
     return None
+
+
+#: The queries of a reused tenant are drawn near this many of its episodes, evenly spread: every
+#: episode's vector as Python objects would take gigabytes at a million.
+REUSE_SAMPLE = 20_000
+
+
+def _sampled_vectors(tenant: Tenant, size: int) -> np.ndarray:
+    """The vectors of about ``REUSE_SAMPLE`` of the tenant's episodes, every n-th by id."""
+    ids = [pk for (pk,) in db.fetch(f"SELECT id FROM {EPISODES} WHERE tenant_id = %s ORDER BY id", [tenant.pk])]
+    rows = db.fetch(
+        f"SELECT embedding FROM {EPISODES} WHERE tenant_id = %s AND id = ANY(%s) AND embedding IS NOT NULL "
+        "ORDER BY id",
+        [tenant.pk, ids[:: max(1, size // REUSE_SAMPLE)]],
+    )
+    return db.vector_rows([v for (v,) in rows])
 
 
 def _layers(counts: Counter[str]) -> str:
