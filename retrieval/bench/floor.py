@@ -41,7 +41,7 @@ _PACKED = (
 #: the exact plan (``{exact}`` is " + 0") the distance is computed for each of the tenant's rows, as
 #: the platform does for a small tenant, instead of walking a graph shared with every other tenant.
 _STATEMENT = (
-    f"(SELECT t.id {_PACKED} AND t.embedding IS NOT NULL ORDER BY t.embedding <=> %s::vector {{exact}} LIMIT %s) "
+    f"(SELECT t.id {_PACKED} AND t.embedding IS NOT NULL ORDER BY (t.embedding <=> %s::vector) {{exact}} LIMIT %s) "
     f"UNION ALL (SELECT m.id FROM (SELECT t.id, t.window_vector {_PACKED} "
     f"AND t.window_vector @@ plainto_tsquery('{TEXT_CONFIG}', %s) LIMIT %s) m "
     f"ORDER BY ts_rank(m.window_vector, plainto_tsquery('{TEXT_CONFIG}', %s)) DESC LIMIT %s)"
@@ -57,7 +57,10 @@ class Floor:
     packed: list[float] = field(default_factory=list)
 
     def stores(self) -> list[float]:
-        """Per query, the slower of the two stores."""
+        """Per query, the slower of the two stores (Redis alone for a tenant with nothing packed,
+        whose ``packed`` is empty)."""
+        if not self.packed:
+            return list(self.hot)
         return [max(h, p) for h, p in zip(self.hot, self.packed, strict=True)]
 
     def with_embedding(self) -> list[float]:
@@ -106,5 +109,6 @@ def measure_floor(tenant: Tenant, queries: list[tuple[str, list[float]]]) -> Flo
         floor.hot.append(_timed(_hot_query(index, np.asarray(vector), query_terms(text).words, k)))
         lexemes = query_text(text)
         args = [tenant.pk, tenant.pk, db.Vector(vector), k, tenant.pk, tenant.pk, lexemes, cap, lexemes, k]
-        floor.packed.append(_timed(lambda: db.fetch(statement, args)) if statement else 0.0)  # noqa: B023
+        if statement:
+            floor.packed.append(_timed(lambda: db.fetch(statement, args)))  # noqa: B023 - called at once
     return floor

@@ -347,7 +347,9 @@ REUSE_SAMPLE = 20_000
 
 def _sampled_vectors(tenant: Tenant, size: int) -> np.ndarray:
     """The vectors of about ``REUSE_SAMPLE`` of the tenant's episodes, every n-th by id."""
-    ids = [pk for (pk,) in db.fetch(f"SELECT id FROM {EPISODES} WHERE tenant_id = %s ORDER BY id", [tenant.pk])]
+    ids = [
+        pk for (pk,) in db.fetch(f"SELECT id FROM {EPISODES} WHERE tenant_id = %s ORDER BY id", [tenant.pk])
+    ]
     rows = db.fetch(
         f"SELECT embedding FROM {EPISODES} WHERE tenant_id = %s AND id = ANY(%s) AND embedding IS NOT NULL "
         "ORDER BY id",
@@ -437,7 +439,10 @@ def run_search_bench(
                 ("floor: slower store", floor.stores()),
                 ("floor: + embedding", floor.with_embedding()),
             ):
-                results.append({"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)})
+                if times:  # nothing packed: no Postgres statement to time
+                    results.append(
+                        {"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)}
+                    )
             if compare_redis:
                 log(f"  measuring the service on the default Redis and on {deployments.kind(compare_redis)}")
                 times_on = deployments.compare(tenant, qs, compare_redis, log)

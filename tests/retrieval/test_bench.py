@@ -31,7 +31,7 @@ def test_bench_search_measures_every_path_and_leaves_nothing_behind(monkeypatch)
         "HTTP, local embedding",
         "floor: embedding",
         "floor: hot (Redis)",
-        "floor: packed (Postgres)",
+        # All 300 fit in the hot tier: the platform never asks Postgres, and neither does the floor.
         "floor: slower store",
         "floor: + embedding",
     ]
@@ -49,7 +49,39 @@ def test_bench_search_measures_every_path_and_leaves_nothing_behind(monkeypatch)
         assert row["p95_ms"] == row["p95"] and row["floor_p95_ms"] == by_path[floor]["p95"]
         assert row["ratio_to_floor"] == round(row["p95"] / by_path[floor]["p95"], 2)
     assert by_path["floor: + embedding"]["p50"] > by_path["floor: slower store"]["p50"]
+    assert by_path["floor: slower store"]["p95"] == by_path["floor: hot (Redis)"]["p95"]
     assert Tenant.objects.count() == tenants  # the loaded tenant is dropped
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_the_floor_asks_postgres_for_a_tenant_with_packed_turns_on_either_plan(monkeypatch, exact):
+    from datetime import timedelta
+
+    import numpy as np
+    from django.utils import timezone
+
+    from episodes.stores import archive
+    from memory_platform.tenancy.services import tenant_create
+    from retrieval.bench.floor import measure_floor
+    from retrieval.bench.search import write_batch
+    from retrieval.bench.text import sentence
+
+    if not exact:
+        # The approximate plan's statement walks the shared graph (a large tenant's plan).
+        monkeypatch.setattr(archive, "EXACT_PACKED_TURNS", 0)
+    tenant = tenant_create(name="floor")
+    rng = np.random.default_rng(3)
+    texts = [sentence(rng, 8) for _ in range(20)]
+    vectors = rng.normal(size=(20, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    now = timezone.now()
+    layers = ["hot"] * 5 + ["warm"] * 10 + ["cold"] * 5
+    write_batch(tenant, 0, texts, vectors, [now - timedelta(days=30)] * 20, layers, now)
+    archive._packed_count_cache.clear()
+    assert archive.exact_plan(tenant) is exact
+    floor = measure_floor(tenant, [(texts[i], vectors[i].tolist()) for i in (5, 12, 17)])
+    assert len(floor.packed) == len(floor.hot) == 3 and all(ms > 0 for ms in floor.packed)
+    assert floor.stores() == [max(h, p) for h, p in zip(floor.hot, floor.packed, strict=True)]
 
 
 def test_a_kept_tenant_is_reused_only_while_its_layers_are_as_loaded(monkeypatch):
