@@ -22,11 +22,10 @@ from .policy import (
     SummariserName,
     default_fsrs_parameters,
     fsrs_parameters_error,
-    policy_row,
-    read_policy,
     setting_default,
     validate_base_url,
 )
+from .policy_rows import policy_row, read_policy
 
 __all__ = [
     "AccessWindow",

@@ -40,7 +40,7 @@ from .forgetting import episode_restore, forget_apply, forget_journaled, forget_
 from .hotsync import sync_episode
 from .journal import EDITABLE_FIELDS, journal_record, snapshot
 from .models import MemoryPolicy, PolicyChange, read_policy
-from .policy import policy_diff
+from .policy_rows import policy_diff
 from .quota import PinnedCapExceeded, make_room, pin_check
 from .rollback import RollbackError, rollback_journal_entry
 from .selectors import segmentation_rules

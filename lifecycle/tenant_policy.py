@@ -3,7 +3,7 @@
 The policy is stored as a ``MemoryPolicy`` row (``lifecycle.policy``), where each field has its one
 default, its help text and its invariants. Everything that *reads* the policy — ingest, search,
 the tick, the scores, the console's preview — receives this value instead: read from one
-statement by ``lifecycle.policy.read_policy`` (or taken from an unsaved row by
+statement by ``lifecycle.policy_rows.read_policy`` (or taken from an unsaved row by
 ``MemoryPolicy.values()``), once per request or task, and passed down. It cannot be changed by
 accident on the way; a change is made on the row and saved through ``lifecycle.services.policy_save``.
 

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 from episodes.models import Episode, Layer, State
 from lifecycle import scoring, services
 from lifecycle.models import MemoryPolicy, PolicyChange, Preset
-from lifecycle.policy import policy_diff
+from lifecycle.policy_rows import policy_diff
 from lifecycle.presets import PRESETS, apply_preset
 from lifecycle.tenant_policy import Policy
 from memory_platform.admin_base import TenantScopedAdmin, admin_actor
