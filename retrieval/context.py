@@ -87,12 +87,18 @@ def context(
     shown = {e.pk for e in anchors + session_eps}
     relevant = [h for h in relevant if h.episode.pk not in shown]
     episode_ids = [*shown, *(h.episode.pk for h in relevant)]
-    # The turns' similarities to the query in the same statement (the evidence is chosen by them).
+    # The turns' similarities to the query, and the text of every turn the evidence may show, in the
+    # same statement (the evidence is chosen by them).
+    neighbours = Budget.default().neighbours
+    around, leading = evidence.candidate_reads(relevant)
     turns, similarity = turns_with_similarity(
         tenant,
         episode_ids,
         full={e.pk for e in anchors + session_eps if e.layer == Layer.HOT},
         vector=vector if relevant else None,
+        around=around,
+        leading=leading,
+        reach=neighbours,
     )
 
     cap = written.used + int(max_tokens * ANCHOR_SHARE)
@@ -107,9 +113,9 @@ def context(
         estimate_tokens(written.label(h.episode, h.score) + _date_line(h.episode, "")) + 2 for h in relevant
     ]
     room = written.left - estimate_tokens(f"## {TITLES['relevant']}\n") - 1
-    neighbours = Budget.default().neighbours
     lists = [turns[h.episode.pk] for h in relevant]
-    # The question weighs the candidates by their text (``evidence.Clues``): a packed one's is read here.
+    # The question weighs the candidates by their text (``evidence.Clues``), read with the turns
+    # above; any still missing here.
     unread = {t.pk for row in lists for t in row if not t.text}
     read = turn_texts(
         tenant, [pk for pk in evidence.candidate_ids(relevant, lists, neighbours) if pk in unread]

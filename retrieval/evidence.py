@@ -201,6 +201,16 @@ def candidate_ids(hits: Sequence[Candidate], turns: Sequence[Sequence[Any]], nei
     ]
 
 
+def candidate_reads(hits: Sequence[Any]) -> tuple[list[int], list[int]]:
+    """What ``candidates`` may put forward, before the hits' turns are read: the matched turns
+    (with their neighbours) and the episodes with none (their first turns) of these hits
+    (``retrieval.services.Hit``): the turns whose text the read of the hits' turns brings along
+    (``episodes.stores.rows.turns_with_similarity``'s ``around`` and ``leading``)."""
+    around = [pk for hit in hits for pk, _ in hit.matched]
+    leading = [hit.episode.pk for hit in hits if not hit.matched]
+    return around, leading
+
+
 def packed_framing(hits: Sequence[Any], left: int, text: Callable[[Any], str]) -> set[int]:
     """The packed hits (``hit.episode`` warm or cold) whose shape, ``text(episode)``, still fits in
     ``left`` tokens after their turns were chosen, in the answer's order: their episode ids."""

@@ -125,18 +125,30 @@ def hit_bodies(
     (``evidence.Clues``)."""
     ids = [h.episode.pk for h in hits]
     full = {h.episode.pk for h in hits if shapes.shows_turns(h.episode, deep=deep)}
-    # The turns' similarities to the query in the same statement (the evidence is chosen by them).
-    turns, similarity = rows.turns_with_similarity(tenant, ids, full=full, vector=None if deep else vector)
+    budget = budget or Budget.default()
+    # The turns' similarities to the query, and the text of every turn the choice may show, in the
+    # same statement (the evidence is chosen by them).
+    unread = [h for h in hits if h.episode.pk not in full] if not deep else []
+    around, leading = evidence.candidate_reads(unread)
+    turns, similarity = rows.turns_with_similarity(
+        tenant,
+        ids,
+        full=full,
+        vector=None if deep else vector,
+        around=around,
+        leading=leading,
+        reach=budget.neighbours,
+    )
     shown: list[list[Any] | None] = [None] * len(hits)
     framed: set[int] = set()
     if not deep:
-        budget = budget or Budget.default()
         lists = [turns[h.episode.pk] for h in hits]
         if question:
-            # The question weighs the candidates by their text: a packed hit's is read here.
-            unread = {t.pk for row in lists for t in row if not t.text}
+            # The question weighs the candidates by their text (read with the turns above; any
+            # still missing here).
+            missing = {t.pk for row in lists for t in row if not t.text}
             read = rows.turn_texts(
-                tenant, [pk for pk in evidence.candidate_ids(hits, lists, budget.neighbours) if pk in unread]
+                tenant, [pk for pk in evidence.candidate_ids(hits, lists, budget.neighbours) if pk in missing]
             )
             lists = [[read.get(t.pk, t) for t in row] for row in lists]
         chosen = evidence.choose(hits, lists, budget, similarity=similarity, question=question)

@@ -116,24 +116,50 @@ def turns_with_similarity(
     full: set[int],
     texts: Sequence[int] = (),
     vector: np.ndarray | None = None,
+    around: Sequence[int] = (),
+    leading: Sequence[int] = (),
+    reach: int = 0,
 ) -> tuple[dict[int, list[TurnRow]], dict[int, float] | None]:
     """``turns_for``, and in the same statement each embedded turn's cosine similarity to
-    ``vector`` by turn id (None without a vector)."""
+    ``vector`` by turn id (None without a vector).
+
+    The text is also read for the turns within ``reach`` places of a turn in ``around`` in its
+    episode, and for the first ``1 + 2 * reach`` turns of the ``leading`` episodes: the turns an
+    answer may show of a packed episode (``retrieval.evidence.candidate_reads``), read here rather
+    than in a statement of their own."""
     out: dict[int, list[TurnRow]] = {e: [] for e in episode_ids}
     if not episode_ids:
         return out, None if vector is None else {}
     similarity = "NULL::float8" if vector is None else "1 - (embedding <=> %s::vector)"
+    args: list[Any] = [] if vector is None else [db.Vector(vector)]
+    if around or leading:
+        # Each turn's place in its episode, and whether one of ``around`` is within ``reach`` of it.
+        span = int(reach)
+        source = (
+            "(SELECT id, episode_id, seq, public_id, role, text, occurred_at, metadata, language, "
+            f"embedding, bool_or(id = ANY(%s)) OVER (PARTITION BY episode_id ORDER BY seq, id "
+            f"ROWS BETWEEN {span} PRECEDING AND {span} FOLLOWING) AS near, "
+            f"row_number() OVER (PARTITION BY episode_id ORDER BY seq, id) AS place FROM {TURNS} "
+            "WHERE tenant_id = %s AND episode_id = ANY(%s)) t"
+        )
+        wanted = "near OR (episode_id = ANY(%s) AND place <= %s)"
+        args += [list(around), tenant.pk, list(episode_ids)]
+        tail: list[Any] = [list(leading), 1 + 2 * span]
+        where = ""
+    else:
+        source, wanted, tail = TURNS, "false", []
+        where = "WHERE tenant_id = %s AND episode_id = ANY(%s) "
     rows = db.fetch(
         "SELECT id, episode_id, seq, public_id, s.shown, role, CASE WHEN s.shown THEN text END, occurred_at, "
-        f"CASE WHEN s.shown THEN metadata END, language, length(text), {similarity} FROM {TURNS}, "
-        "LATERAL (SELECT episode_id = ANY(%s) OR id = ANY(%s) AS shown) s "
-        "WHERE tenant_id = %s AND episode_id = ANY(%s) ORDER BY episode_id, seq, id",
+        f"CASE WHEN s.shown THEN metadata END, language, length(text), {similarity} FROM {source}, "
+        f"LATERAL (SELECT episode_id = ANY(%s) OR id = ANY(%s) OR {wanted} AS shown) s "
+        f"{where}ORDER BY episode_id, seq, id",
         [
-            *([] if vector is None else [db.Vector(vector)]),
+            *args,
             list(full),
             list(texts),
-            tenant.pk,
-            list(episode_ids),
+            *tail,
+            *([] if where == "" else [tenant.pk, list(episode_ids)]),
         ],
     )
     sims: dict[int, float] | None = None if vector is None else {}

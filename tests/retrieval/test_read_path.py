@@ -405,3 +405,45 @@ def test_vectors_stay_in_their_rows_not_in_toast(caller):
         turn_rows, turns_out, windows_out = cursor.fetchone()
     assert episodes >= 1 and turn_rows >= 2
     assert (out_of_line, turns_out, windows_out) == (0, 0, 0)
+
+
+def test_the_turns_an_answer_may_show_of_a_packed_episode_are_read_with_its_turns(caller, outsider):
+    """One statement reads a packed episode's turns with the text of those the choice may show:
+    within ``reach`` of a matched turn, and the first ones of an episode matched by none."""
+    from episodes.stores import rows
+
+    texts = [f"turn number {i} about the harbour" for i in range(7)]
+    first = pk(turns(caller, "s1", texts)["episode_ids"][0])
+    second = pk(turns(caller, "s2", texts)["episode_ids"][0])
+    for episode_id in (first, second):
+        pack(episode_id, "warm")
+    ids = [
+        t
+        for (t,) in Turn.objects.for_tenant(caller.tenant)
+        .filter(episode_id=first)
+        .order_by("seq")
+        .values_list("pk")
+    ]
+    read, _ = rows.turns_with_similarity(
+        caller.tenant, [first, second], full=set(), around=[ids[3]], leading=[second], reach=1
+    )
+    assert [bool(t.text) for t in read[first]] == [False, False, True, True, True, False, False]
+    assert [bool(t.text) for t in read[second]] == [True, True, True, False, False, False, False]
+    assert read[first][2].text == texts[2]
+    # Another tenant's read of the same ids finds no turn.
+    theirs, _ = rows.turns_with_similarity(
+        outsider.tenant, [first, second], full=set(), around=[ids[3]], leading=[second], reach=1
+    )
+    assert theirs == {first: [], second: []}
+
+    # The search answer shows a packed hit's turns without a statement of their own for the texts.
+    statements = []
+
+    def keep(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        found = caller.post("/api/v1/search", {"query": "turn number 3 harbour", "layers": ["warm"]}).json()
+    assert any("turn number" in hit["text"] for hit in found["results"])
+    assert not [sql for sql in statements if "WHERE tenant_id = %s AND id = ANY(%s)" in sql and "text" in sql]
