@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from django.db.models import F, Max
@@ -135,20 +135,18 @@ def place_scope(
         if not into.turns:
             batch.intos.append(into)
         last_seq += 1
-        row = Turn(
-            tenant=tenant,
-            episode=into.episode,
-            **scope.owner_fields(),
+        row = new_turn(
+            tenant,
+            into.episode,
+            scope,
             seq=last_seq,
             role=turn.role,
             text=turn.text,
-            language=language_of(turn.text, given=turn.language),
-            index_text=turn_index_text(turn.text),
+            language=turn.language,
             occurred_at=occurred_at,
-            ingested_at=now,
+            now=now,
             metadata=turn.metadata,
-            mentioned=mentioned_days(turn.text, occurred_at),
-            embedding=vector,
+            vector=vector,
         )
         into.turns.append(row)
         batch.placed.append((i, row, into))
@@ -245,6 +243,39 @@ def fold(into: Into) -> None:
     episode.hot_bytes += sum(turn_hot_bytes(t) for t in texts)
     episode.search_text = (episode.search_text + "\n" + index_text(joined)).strip()[:SEARCH_TEXT_LIMIT]
     episode.needs_reindex = True
+
+
+def new_turn(
+    tenant: Tenant,
+    episode: Episode,
+    scope: Scope,
+    *,
+    seq: int,
+    role: str,
+    text: str,
+    language: str,
+    occurred_at: datetime,
+    now: datetime,
+    metadata: dict[str, Any],
+    vector: np.ndarray | None,
+) -> Turn:
+    """A turn of ``episode`` as it is stored, unsaved, with what its text gives it: its language
+    (``language`` when the writer named one), its full-text form and the days it mentions."""
+    return Turn(
+        tenant=tenant,
+        episode=episode,
+        **scope.owner_fields(),
+        seq=seq,
+        role=role,
+        text=text,
+        language=language_of(text, given=language),
+        index_text=turn_index_text(text),
+        occurred_at=occurred_at,
+        ingested_at=now,
+        metadata=metadata,
+        mentioned=mentioned_days(text, occurred_at),
+        embedding=vector,
+    )
 
 
 def turn_index_text(text: str) -> str | None:

@@ -21,9 +21,9 @@ from memory_platform.tenancy.models import Tenant
 
 from .extraction import extract_decisions, extract_entities
 from .indexing import episodes_index_hot
-from .language import index_text, language_of
+from .language import index_text
 from .models import SEARCH_TEXT_LIMIT, Episode, ForgottenUser, Role, Turn, turn_hot_bytes
-from .placement import Batch, mentioned_days, place_scope, title_of, turn_index_text, write_batch
+from .placement import Batch, mentioned_days, new_turn, place_scope, title_of, write_batch
 from .scope import Scope
 from .segmentation import SegmentationRules
 from .stores.hot import HotUnavailable, unavailable_reason
@@ -294,21 +294,19 @@ def memory_create(
             search_text=index_text(memory.text)[:SEARCH_TEXT_LIMIT],
             needs_reindex=True,
         )
-        Turn.objects.create(
-            tenant=tenant,
-            episode=episode,
-            **memory.scope.owner_fields(),
+        new_turn(
+            tenant,
+            episode,
+            memory.scope,
             seq=0,
             role=Role.MEMORY,
             text=memory.text,
-            language=language_of(memory.text, given=memory.language),
-            index_text=turn_index_text(memory.text),
+            language=memory.language,
             occurred_at=occurred_at,
-            ingested_at=now,
+            now=now,
             metadata=memory.metadata,
-            mentioned=days,
-            embedding=vector,
-        )
+            vector=vector,
+        ).save(force_insert=True)
         result = IngestResult(turns=[], episode_ids=[episode.pk], unembedded=unembedded)
         transaction.on_commit(lambda: _after_write(tenant, [episode.pk], result, make_room, False))
     return episode

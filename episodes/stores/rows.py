@@ -131,35 +131,33 @@ def turns_with_similarity(
     if not episode_ids:
         return out, None if vector is None else {}
     similarity = "NULL::float8" if vector is None else "1 - (embedding <=> %s::vector)"
-    args: list[Any] = [] if vector is None else [db.Vector(vector)]
-    if around or leading:
-        # Each turn's place in its episode, and whether one of ``around`` is within ``reach`` of it.
-        span = int(reach)
-        source = (
-            "(SELECT id, episode_id, seq, public_id, role, text, occurred_at, metadata, language, "
-            f"embedding, bool_or(id = ANY(%s)) OVER (PARTITION BY episode_id ORDER BY seq, id "
-            f"ROWS BETWEEN {span} PRECEDING AND {span} FOLLOWING) AS near, "
-            f"row_number() OVER (PARTITION BY episode_id ORDER BY seq, id) AS place FROM {TURNS} "
-            "WHERE tenant_id = %s AND episode_id = ANY(%s)) t"
-        )
-        wanted = "near OR (episode_id = ANY(%s) AND place <= %s)"
-        args += [list(around), tenant.pk, list(episode_ids)]
-        tail: list[Any] = [list(leading), 1 + 2 * span]
-        where = ""
-    else:
-        source, wanted, tail = TURNS, "false", []
-        where = "WHERE tenant_id = %s AND episode_id = ANY(%s) "
+    span = int(reach)
+    # Each turn's place in its episode, and whether one of ``around`` is within ``reach`` of it:
+    # window functions, computed only when asked for (they cost a sort of the rows).
+    windowed = bool(around or leading)
+    near = (
+        f"bool_or(id = ANY(%s)) OVER (PARTITION BY episode_id ORDER BY seq, id "
+        f"ROWS BETWEEN {span} PRECEDING AND {span} FOLLOWING)"
+        if windowed
+        else "false"
+    )
+    place = "row_number() OVER (PARTITION BY episode_id ORDER BY seq, id)" if windowed else "0"
     rows = db.fetch(
         "SELECT id, episode_id, seq, public_id, s.shown, role, CASE WHEN s.shown THEN text END, occurred_at, "
-        f"CASE WHEN s.shown THEN metadata END, language, length(text), {similarity} FROM {source}, "
-        f"LATERAL (SELECT episode_id = ANY(%s) OR id = ANY(%s) OR {wanted} AS shown) s "
-        f"{where}ORDER BY episode_id, seq, id",
+        f"CASE WHEN s.shown THEN metadata END, language, length(text), {similarity} FROM "
+        "(SELECT id, episode_id, seq, public_id, role, text, occurred_at, metadata, language, embedding, "
+        f"{near} AS near, {place} AS place FROM {TURNS} WHERE tenant_id = %s AND episode_id = ANY(%s)) t, "
+        "LATERAL (SELECT episode_id = ANY(%s) OR id = ANY(%s) OR near "
+        "OR (episode_id = ANY(%s) AND place <= %s) AS shown) s ORDER BY episode_id, seq, id",
         [
-            *args,
+            *([] if vector is None else [db.Vector(vector)]),
+            *([list(around)] if windowed else []),
+            tenant.pk,
+            list(episode_ids),
             list(full),
             list(texts),
-            *tail,
-            *([] if where == "" else [tenant.pk, list(episode_ids)]),
+            list(leading),
+            1 + 2 * span,
         ],
     )
     sims: dict[int, float] | None = None if vector is None else {}
