@@ -165,7 +165,6 @@ class CompactHit(TypedDict):
     layer: Annotated[str, Layer]
     score: float
     date: Annotated[str, Doc("the day it began (YYYY-MM-DD)")]
-    turn_count: int
     text: str
     state: NotRequired[Annotated[str, State, Doc("only when it is not active")]]
     similarity: NotRequired[Annotated[float, Doc("its best turn's cosine to the query (with min_score)")]]
@@ -423,16 +422,16 @@ def compact_hit(
     similarity: float | None = None,
 ) -> CompactHit:
     """A search hit as an agent reads it (``view=compact``, the default): which memory, in which
-    layer, how good, when, how long, and its text (``hit_text``); its state only when it is not
-    active. Everything else (title, scope, entities, each turn's id and metadata, the packed
-    shape's parts, the paths) is in ``view=full``, and the whole memory at
-    ``GET /api/v1/memories/{episode_id}``: a compact hit spends its tokens on what was said."""
+    layer, how good (three significant digits), when, and its text (``hit_text``); its state only
+    when it is not active. Everything else (title, scope, entities, the turn count, each turn's id
+    and metadata, the packed shape's parts, the paths) is in ``view=full``, and the whole memory at
+    ``GET /api/v1/memories/{episode_id}``: a compact hit spends its tokens on what was said
+    (docs/decisions/0063)."""
     body: CompactHit = {
         "episode_id": episode.public_id,
         "layer": episode.layer,
-        "score": float(f"{score:.4g}"),
+        "score": float(f"{score:.3g}"),
         "date": episode.first_occurred_at.date().isoformat(),
-        "turn_count": episode.turn_count,
         "text": hit_text(episode, turns, shown, framed=framed),
     }
     if episode.state != State.ACTIVE:

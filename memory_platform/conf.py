@@ -61,9 +61,10 @@ DEFAULTS: dict[str, Any] = {
     # the hot KNN query moved towards the best BM25 hits (pseudo-relevance feedback); 0 docs: off
     "SEARCH_FEEDBACK_DOCS": 3,
     "SEARCH_FEEDBACK_WEIGHT": 0.5,
-    # A query naming a time ("last May", "in 2022") lifts episodes of that time by up to this
-    # share of their score (episodes.when; 0: off).
-    "SEARCH_TIME_BOOST": 0.5,
+    # A query naming a day, month or year ("last May", "in 2022") lifts episodes of that time by up
+    # to this multiple of their score, a loose one ("recently") by an eighth of it (episodes.when,
+    # retrieval.ranking.time_factor; 0: off).
+    "SEARCH_TIME_BOOST": 4.0,
     # One hop from a search's best three candidates (shared rare entities, links: retrieval.hops),
     # each episode reached at this share of its seed's relevance; a request's `hops` overrides.
     "SEARCH_HOPS": False,
@@ -72,7 +73,7 @@ DEFAULTS: dict[str, Any] = {
     # a search answer shows this many tokens of turns across its hits, chosen by each turn's own
     # relevance; a matched turn puts this many neighbours on each side forward (retrieval.evidence;
     # `depth=deep` shows whole episodes)
-    "SEARCH_MAX_TOKENS": 650,
+    "SEARCH_MAX_TOKENS": 725,
     "SNIPPET_NEIGHBOURS": 1,
     # the API's searches queue their usage counts; a background thread writes them this often
     "USAGE_FLUSH_SECONDS": 0.5,

@@ -183,14 +183,22 @@ def stats_of(row: rows.RankRow | Episode) -> scoring.EpisodeStats:
 _DAY = timedelta(days=1)
 
 
+#: A loose window ("recently", "a few weeks ago") lifts by this share of the boost a named day,
+#: month or year gets: it says little about which memories are meant (docs/decisions/0063).
+LOOSE_SHARE = 0.125
+
+
 def time_factor(row: rows.RankRow, when: Sequence[Window], share: float) -> float:
-    """1 + ``share`` for an episode that lies in a window of time the query names, less the
-    farther it lies outside (``closeness``), 1 without a window. The best window counts."""
+    """1 + ``share`` for an episode that lies in a day, month or year the query names (a loose
+    window's ``LOOSE_SHARE`` of it), less the farther it lies outside (``closeness``), 1 without
+    a window. The best window counts."""
     if not when or not share:
         return 1.0
     mentioned = [mention_window(day) for day in row.mentioned]
     return 1.0 + share * max(
-        closeness(w, row.first_occurred_at, row.last_occurred_at, mentioned) for w in when
+        (LOOSE_SHARE if w.loose else 1.0)
+        * closeness(w, row.first_occurred_at, row.last_occurred_at, mentioned)
+        for w in when
     )
 
 

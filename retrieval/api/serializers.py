@@ -50,18 +50,18 @@ class SearchInSerializer(StrictSerializer, ScopeFilters):
         required=False,
         default="compact",
         help_text="compact: each hit as its text (its chosen turns as `role: text` lines, after a packed "
-        "one's key points or headline) with its id, layer, score, date and "
-        "turn count; full: each hit in its layer's shape with every field (title, scope, entities, "
-        "decisions, turns with their ids and metadata)",
+        "one's key points or headline) with its id, layer, score and date; full: each hit in its "
+        "layer's shape with every field (title, scope, entities, decisions, turn count, turns with "
+        "their ids and metadata)",
     )
     max_tokens = serializers.IntegerField(
         required=False,
         min_value=0,
         max_value=100_000,
         help_text="tokens (about four characters each) of turns the answer shows across its hits, "
-        "chosen by each turn's own relevance: every hit shows its best turn first, then the best "
-        "turns of any hit while they fit; a packed hit's key points or headline count too "
-        "(default 650; `depth=deep` shows every hit whole)",
+        "chosen by each turn's own relevance: the best turns of any hit while they fit, so a hit far "
+        "down may show none; a packed hit's key points or headline count too (default "
+        "`MEMORY_SEARCH_MAX_TOKENS`; `depth=deep` shows every hit whole)",
     )
     snippet_neighbours = serializers.IntegerField(
         required=False,

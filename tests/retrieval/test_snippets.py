@@ -113,15 +113,16 @@ def test_an_outsider_cannot_expand_a_snippet(caller, outsider, long_episode):
 
 
 def test_a_compact_hit_is_its_snippet_as_text(caller, long_episode):
-    """The default view: the hit's id, layer, score, date and turn count, and its snippet as
-    `role: text` lines, with a `…` line where turns are left out."""
+    """The default view: the hit's id, layer, score (three significant digits) and date, and its
+    snippet as `role: text` lines, with a `…` line where turns are left out; the turn count is in
+    the full view."""
     episode_id, _ = long_episode
     response = caller.post(
         "/api/v1/search", {"query": "brother moving to Porto", "max_tokens": cost(*TEXTS[1:4])}
     )
     hit = next(h for h in response.json()["results"] if h["episode_id"] == episode_id)
-    assert set(hit) == {"episode_id", "layer", "score", "date", "turn_count", "text"}
-    assert hit["date"] == "2026-05-01" and hit["turn_count"] == 10
+    assert set(hit) == {"episode_id", "layer", "score", "date", "text"}
+    assert hit["date"] == "2026-05-01" and hit["score"] == float(f"{hit['score']:.3g}") > 0
     assert hit["text"] == "\n".join(
         ["…", f"assistant: {TEXTS[1]}", f"user: {TEXTS[2]}", f"assistant: {TEXTS[3]}", "…"]
     )

@@ -9,6 +9,7 @@ import pytest
 from episodes import when
 from episodes.models import Episode, Turn
 from episodes.stores import rows
+from memory_platform.conf import memory_settings
 from retrieval.query import SearchQuery
 from retrieval.services import search
 from tests.conftest import pk, turn_pk
@@ -97,7 +98,7 @@ def test_a_day_the_query_names_finds_yesterday_said_the_day_after(caller, outsid
     assert hits[0][0] == ids["mar17"]
     # It occurred a day after the 16th; it is lifted as fully as an episode of the 16th would be,
     # by the day its turn mentions.
-    assert hits[0][1]["time"] == pytest.approx(1.5)
+    assert hits[0][1]["time"] == pytest.approx(1 + memory_settings.SEARCH_TIME_BOOST)
     assert {episode for episode, _ in hits} == set(ids.values())  # never a filter
 
     assert ranked(outsider, "What did Alex and I do on March 16?", now) == []
@@ -132,8 +133,9 @@ def test_a_month_the_query_names_comes_first_over_one_that_matches_the_words_bet
 
     timed = ranked(caller, "What did we talk about in September?", now)
     assert [episode for episode, _ in timed] == [september, november]  # below, not hidden
-    assert timed[0][1]["time"] == pytest.approx(1.5)
-    assert timed[1][1]["time"] < 1.05
+    boost = memory_settings.SEARCH_TIME_BOOST
+    assert timed[0][1]["time"] == pytest.approx(1 + boost)
+    assert 1 < timed[1][1]["time"] < 1 + boost / 40  # about 41 days outside: a fortieth of the lift
 
 
 def spans(text, now):

@@ -132,3 +132,25 @@ def test_a_time_in_the_query_changes_nothing_when_the_boost_is_off(caller, setti
     turns(caller, "s", ["we went hiking in the hills"], at=datetime(2024, 5, 12, tzinfo=UTC))
     hit = caller.post("/api/v1/search", {"query": "hiking in May 2024", "explain": True}).json()["results"][0]
     assert "time" not in hit["explain"]
+
+
+def test_a_named_month_lifts_decisively_and_recently_by_a_share_of_it():
+    from episodes.stores.rows import RankRow
+    from retrieval.ranking import LOOSE_SHARE, time_factor
+
+    def row(at):
+        return RankRow(1, "hot", "active", False, 0, at, at, at, at)
+
+    boost = 4.0
+    october = row(datetime(2023, 10, 12, tzinfo=UTC))
+    august = row(datetime(2023, 8, 12, tzinfo=UTC))
+    in_october = when.windows("what did she paint in October 2023?", NOW)
+    recently = when.windows("what did she paint recently", NOW)
+    assert [w.loose for w in in_october + recently] == [False, True]
+    # Inside the named month: the whole boost, so a memory of it outranks one up to five times
+    # as relevant from another month (two months out: about a sixtieth of the lift).
+    assert time_factor(october, in_october, boost) == pytest.approx(1 + boost)
+    assert 1 < time_factor(august, in_october, boost) < 1 + boost / 40
+    # "Recently" says little of which memories are meant: a share of the lift.
+    assert time_factor(october, recently, boost) == pytest.approx(1 + boost * LOOSE_SHARE)
+    assert time_factor(october, [], boost) == time_factor(october, in_october, 0.0) == 1.0

@@ -68,7 +68,6 @@ class _CompactHit(TypedDict):
     layer: str
     score: float
     date: str
-    turn_count: int
     text: str
 
 
