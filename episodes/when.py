@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
@@ -245,7 +245,7 @@ def _read(text: str, now: datetime, kinds: Collection[str] | None) -> list[Windo
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
     taken: list[tuple[int, int]] = []
-    found: list[tuple[int, Window]] = []
+    found: list[tuple[tuple[int, int], Window]] = []
     counted: list[tuple[re.Match[str], str, str]] = []
     written = {"en"} | {language for language, has in _SCRIPTS.items() if has(text)}
     lowered = text.lower()
@@ -265,13 +265,44 @@ def _read(text: str, now: datetime, kinds: Collection[str] | None) -> list[Windo
             window = _window(match, kind, language, now)
             if window is not None:
                 taken.append(span)
-                found.append((span[0], window))
+                found.append((span, window))
     named = min(found, key=lambda f: f[0])[1].end - timedelta(microseconds=1) if found else now
     for match, kind, language in counted:
         window = _window(match, kind, language, min(now, named))
         if window is not None:
-            found.append((match.start(), window))
-    return [window for _, window in sorted(found, key=lambda f: f[0])]
+            found.append((match.span(), window))
+    return _spans(text, sorted(found, key=lambda f: f[0]))
+
+
+#: "between A and B", "from A to B", "с A по B", "从A到B": two named times and the span between
+#: them, edges included. Written between the two phrases, and just before the first.
+_SPAN_JOIN = re.compile(r"\s*(?:and|to|until|till|through|-|–|—|по|до|到|至)\s*", re.IGNORECASE)
+_SPAN_OPEN = re.compile(r"(?:\bbetween|\bfrom|(?<!\w)с|(?<!\w)от|从|自)\s*$", re.IGNORECASE)
+
+
+def _spans(text: str, found: Sequence[tuple[tuple[int, int], Window]]) -> list[Window]:
+    """The windows in the text's order, two that a text names as the edges of a span ("between
+    August 11 and August 15 2023") read as one window from the first's start to the second's end
+    (exact when both are)."""
+    out: list[Window] = []
+    i = 0
+    while i < len(found):
+        (start, end), window = found[i]
+        if i + 1 < len(found):
+            (after_start, after_end), after = found[i + 1]
+            if (
+                _SPAN_OPEN.search(text[:start])
+                and _SPAN_JOIN.fullmatch(text[end:after_start])
+                and window.start < after.end
+            ):
+                out.append(
+                    Window(text[start:after_end], window.start, after.end, loose=window.loose or after.loose)
+                )
+                i += 2
+                continue
+        out.append(window)
+        i += 1
+    return out
 
 
 def _window(match: re.Match[str], kind: str, language: str, now: datetime) -> Window | None:

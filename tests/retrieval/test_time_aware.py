@@ -32,6 +32,20 @@ def spans(text, now=NOW):
         ("yesterday's call", [("yesterday", "2023-10-19", "2023-10-20")]),
         ("last month", [("last month", "2023-09-01", "2023-10-01")]),
         ("what did she paint recently", [("recently", "2023-09-20", "2023-10-20")]),
+        # Two times as the edges of a span: one window, both edges included.
+        (
+            "where was he between August 11 and August 15 2023?",
+            [("August 11 and August 15 2023", "2023-08-11", "2023-08-16")],
+        ),
+        ("what did we discuss from March to May", [("March to May", "2023-03-01", "2023-06-01")]),
+        (
+            "in May and in June",
+            [("in May", "2023-05-01", "2023-06-01"), ("in June", "2023-06-01", "2023-07-01")],
+        ),
+        (
+            "from August 15 to August 11",
+            [("August 15", "2023-08-15", "2023-08-16"), ("August 11", "2023-08-11", "2023-08-12")],
+        ),
     ],
 )
 def test_time_expressions_become_windows_relative_to_now(text, expected):
@@ -58,6 +72,8 @@ def test_words_that_only_look_like_times_are_not_read_as_times():
         ("расход в месяц в прошлом году", [("прошлом году", "2022-01-01", "2023-01-01")]),
         ("Вчера звонил врач", [("Вчера", "2023-10-19", "2023-10-20")]),
         ("что я недавно читал", [("недавно", "2023-09-20", "2023-10-20")]),
+        ("что было с 3 марта по 5 марта", [("3 марта по 5 марта", "2023-03-03", "2023-03-06")]),
+        ("从三月到五月我们聊了什么", [("三月到五月", "2023-03-01", "2023-06-01")]),
         ("八月份那次宕机", [("八月份", "2023-08-01", "2023-09-01")]),
         ("十一月的云账单", [("十一月", "2022-11-01", "2022-12-01")]),
         ("去年五月我们决定了什么", [("去年五月", "2022-05-01", "2022-06-01")]),
