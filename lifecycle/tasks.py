@@ -61,7 +61,8 @@ def _schedule_ticks() -> dict[str, int]:
 
     from .stats import take_snapshots as take
 
-    take(timezone.now(), older_than=SNAPSHOT_EVERY)
+    now = timezone.now()
+    take(now, older_than=SNAPSHOT_EVERY)
 
     created = updated = removed = 0
     wanted: set[str] = set()
@@ -77,6 +78,11 @@ def _schedule_ticks() -> dict[str, int]:
                 "schedule_type": Schedule.MINUTES,
                 "minutes": minutes,
                 "repeats": -1,
+                # A new tenant's first tick comes one interval after it is scheduled, as every
+                # later one does: not at once, so that the tenants made together (an import,
+                # an evaluation) are not all ticked together, and a tenant's first interval
+                # is as its policy says (`manage.py tick` ticks it now).
+                "next_run": now + timedelta(minutes=minutes),
             },
         )
         removed += doubles

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.utils import timezone
 
 from episodes.curation import episode_forget
 from episodes.models import Episode, Layer, Link, State, Turn
@@ -400,9 +401,12 @@ def test_the_task_and_the_schedules(provided, ages):
 
     result = tick_tenant(str(provided.tenant.pk))
     assert result["status"] == "succeeded"
+    before = timezone.now()
     assert schedule_ticks()["created"] >= 1
     schedule = Schedule.objects.get(name=f"lifecycle.tick:{provided.tenant.pk}")
     assert schedule.func == "lifecycle.tasks.tick_tenant" and schedule.minutes == 60
+    # Its first tick one interval on, as every later one: not at once.
+    assert before + timedelta(minutes=60) <= schedule.next_run <= timezone.now() + timedelta(minutes=60)
     set_policy(provided.tenant, tick_interval_minutes=360)
     assert schedule_ticks()["updated"] == 1
     assert Schedule.objects.get(pk=schedule.pk).minutes == 360
