@@ -73,7 +73,7 @@ DEFAULTS: dict[str, Any] = {
     # a search answer shows this many tokens of turns across its hits, chosen by each turn's own
     # relevance; a matched turn puts this many neighbours on each side forward (retrieval.evidence;
     # `depth=deep` shows whole episodes)
-    "SEARCH_MAX_TOKENS": 725,
+    "SEARCH_MAX_TOKENS": 750,
     "SNIPPET_NEIGHBOURS": 1,
     # the API's searches queue their usage counts; a background thread writes them this often
     "USAGE_FLUSH_SECONDS": 0.5,
