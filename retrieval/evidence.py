@@ -13,21 +13,24 @@ remain. The same choice serves ``POST /search`` (a hit's turns) and ``POST /cont
 section), whatever the hit's layer: a packed episode's chosen turns are read from Postgres.
 
 The question itself weighs the candidates whose text the caller read (``candidate_ids``): a turn
-said by someone the question names, and for a "when" or "how long" question a turn that says a
-time or a duration, stand higher (``Clues``). A vector and a rank fusion find the topic; these
-find, among the turns on it, the one that answers.
+said by someone the question names, a turn that says the question's rarer words, and for a "when"
+or "how long" question a turn that says a time or a duration, stand higher (``Clues``). A vector
+and a rank fusion find the topic; these find, among the turns on it, the one that answers.
 
 Everything here is pure: the caller reads the turns (with their lengths) and the texts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from episodes.language import stopwords
 from episodes.models import Layer
 from memory_platform.conf import memory_settings
 
@@ -45,6 +48,12 @@ TURN_OVERHEAD_TOKENS = 3
 #: for (a time, a duration), ``ANSWER_LIFT`` higher (docs/decisions/0039).
 SPEAKER_LIFT = 2.0
 ANSWER_LIFT = 1.4
+#: A turn that says the question's words stands up to 1 + ``COVERAGE_LIFT`` higher: by
+#: 1 + COVERAGE_LIFT × c², where c is the share of the question's words it says, each word weighed
+#: by how few of the candidates say it (a name every turn opens with weighs next to nothing; a word
+#: one turn says, most). Squared, so that a turn lifts clearly only when it says most of what is
+#: rare in the question (docs/decisions/0064-the-questions-rare-words.md).
+COVERAGE_LIFT = 2.0
 
 #: A transcript's turn opens with its speaker: "Maya: ...".
 _SPEAKER = re.compile(r"([^\W\d_][\w.' -]{0,30}?):\s")
@@ -63,6 +72,22 @@ _DURATION = re.compile(
     r" (?:years?|months?|weeks?|days?|hours?)\b|\bsince\b",
     re.IGNORECASE,
 )
+
+
+def _prefix(word: str) -> str:
+    """What a turn's word must begin with to say the question's ``word``: all but its last two
+    letters, at least four ("painted" by "painting", "adopt" by "adoption", "skyped" by "skype")."""
+    return word[: max(4, len(word) - 2)]
+
+
+def _begins_a_word(text: str, term: str) -> bool:
+    """Whether a word of ``text`` begins with ``term``."""
+    at = text.find(term)
+    while at >= 0:
+        if at == 0 or not text[at - 1].isalnum():
+            return True
+        at = text.find(term, at + 1)
+    return False
 
 
 def estimate_tokens(text: str) -> int:
@@ -125,11 +150,19 @@ def _asks(turn: TurnCost) -> bool:
 @dataclass(frozen=True)
 class Clues:
     """What a question says about the turn that answers it: the words it names (a speaker among
-    them) and, for a "when" or "how long" question, what the answer holds (a time, a duration).
-    English questions only; another language's question weighs nothing here."""
+    them), the words a turn may say of it (``terms``, weighed among the candidates by ``among``)
+    and, for a "when" or "how long" question, what the answer holds (a time, a duration). The
+    answer's kind is read in English questions only; the words in any language that separates them
+    by spaces."""
 
     words: frozenset[str] = frozenset()
     answer: re.Pattern[str] | None = None
+    #: The question's words that tell something (no stopword), as the prefix a turn's word must
+    #: begin with (``_prefix``).
+    terms: frozenset[str] = frozenset()
+    #: Each term's weight among the candidates (``among``), and the terms each candidate says.
+    rarity: Mapping[str, float] = field(default_factory=dict)
+    said: Mapping[int, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, question: str) -> Clues:
@@ -139,7 +172,29 @@ class Clues:
             answer = _DURATION
         elif _ASKS_WHEN.search(text):
             answer = _TIME
-        return cls(words=frozenset(_WORD.findall(text)), answer=answer)
+        words = frozenset(_WORD.findall(text))
+        dropped = stopwords()
+        terms = frozenset(_prefix(w) for w in words if len(w) > 1 and w not in dropped)
+        return cls(words=words, answer=answer, terms=terms)
+
+    def says(self, text: str) -> frozenset[str]:
+        """The question's terms ``text`` says."""
+        if not self.terms:
+            return frozenset()
+        low = text.lower()
+        return frozenset(term for term in self.terms if term in low and _begins_a_word(low, term))
+
+    def among(self, turns: Sequence[TurnCost]) -> Clues:
+        """These clues with each term weighed by how few of ``turns`` (the candidates, those whose
+        text is read) say it: log((n + 1) / (df + 0.5)), as an inverse document frequency over the
+        candidates; a term none says weighs nothing."""
+        said = {t.pk: self.says(t.text) for t in turns if t.text}
+        if not said:
+            return self
+        counts = Counter(term for terms in said.values() for term in terms)
+        n = len(said)
+        rarity = {term: math.log((n + 1) / (df + 0.5)) for term, df in counts.items()}
+        return dataclasses.replace(self, rarity=rarity, said=said)
 
     def lift(self, turn: TurnCost) -> float:
         """How much higher ``turn`` stands for this question (1 when its text is not read)."""
@@ -152,6 +207,12 @@ class Clues:
             lift *= SPEAKER_LIFT
         if self.answer is not None and self.answer.search(text):
             lift *= ANSWER_LIFT
+        total = sum(self.rarity.values())
+        if total > 0:
+            said = self.said.get(turn.pk)
+            said = self.says(text) if said is None else said
+            coverage = sum(self.rarity.get(term, 0.0) for term in said) / total
+            lift *= 1.0 + COVERAGE_LIFT * coverage**2
         return lift
 
 
@@ -237,10 +298,10 @@ def choose(
     query vector, when there is one (``candidates``); ``question``: the query's text, whose
     ``Clues`` weigh the candidates whose text is read."""
     left = budget.tokens - spent
-    clues = Clues.of(question)
     scored = [
         candidates(hit, rows, budget.neighbours, similarity) for hit, rows in zip(hits, turns, strict=True)
     ]
+    clues = Clues.of(question).among([turns[h][i] for h, scores in enumerate(scored) for i in scores])
     chosen: list[set[int]] = [set() for _ in hits]
 
     def take(h: int, i: int) -> bool:

@@ -55,6 +55,33 @@ def test_a_when_question_prefers_a_time_and_a_how_long_question_a_duration():
     assert shown("How long has Nate had his turtles?", kept, scores=[1.0, 0.9]) == [kept[1]]
 
 
+def test_a_turn_that_says_the_questions_rare_words_is_shown_first():
+    texts = [
+        "Melanie: My family has been awesome, so much love and support.",
+        "Melanie: Family time matters to me.",
+        "Melanie: My family and I love camping by the lake.",
+        "Melanie: The roadtrip with my family was insane, we were so lucky.",
+    ]
+    scores = [1.0, 0.9, 0.9, 0.6]
+    # Every turn says "family" and "Melanie"; one says "roadtrip": it answers.
+    assert shown("What happened on Melanie's family roadtrip?", texts, scores) == [texts[3]]
+    # A question whose words every candidate says keeps the order of the scores.
+    assert shown("What does Melanie say about her family?", texts, scores) == [texts[0]]
+    # A word is said by the words that begin with it, less its last two letters ("skyped", "skype").
+    skype = ["Tim: I met a lot of people.", "Tim: Skype was fun."]
+    assert shown("Who did Tim meet when he skyped?", skype, [1.0, 0.5]) == [skype[1]]
+
+
+def test_the_rarity_of_a_word_is_counted_among_the_candidates():
+    clues = Clues.of("What did Maya paint at the lake?")
+    assert clues.terms == {"maya", "pain", "lake"}  # stopwords ("what", "did", "at", "the") tell nothing
+    weighed = clues.among(rows("Maya: I love the lake", "Maya: I painted it", "Maya: hello"))
+    assert weighed.rarity["pain"] == weighed.rarity["lake"] > weighed.rarity["maya"]
+    # A turn whose text was not read, or a question with no word that tells, weighs as before.
+    assert weighed.lift(TurnRow(pk=99, episode_id=1, seq=0, public_id="t99", chars=40)) == 1.0
+    assert Clues.of("what did they do?").among(rows("Maya: I painted it")).lift(rows("Maya: x")[0]) == 1.0
+
+
 def test_clues_read_only_what_the_question_says():
     assert Clues.of("when did we meet?").answer is not None
     assert Clues.of("How long ago did she move?").answer is Clues.of("When did she move?").answer
