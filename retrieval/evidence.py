@@ -160,9 +160,10 @@ class Clues:
     #: The question's words that tell something (no stopword), as the prefix a turn's word must
     #: begin with (``_prefix``).
     terms: frozenset[str] = frozenset()
-    #: Each term's weight among the candidates (``among``), and the terms each candidate says.
+    #: Each term's weight among the candidates (``among``), and per candidate (turn id) the share
+    #: of that weight it says.
     rarity: Mapping[str, float] = field(default_factory=dict)
-    said: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    coverage: Mapping[int, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, question: str) -> Clues:
@@ -187,14 +188,16 @@ class Clues:
     def among(self, turns: Sequence[TurnCost]) -> Clues:
         """These clues with each term weighed by how few of ``turns`` (the candidates, those whose
         text is read) say it: log((n + 1) / (df + 0.5)), as an inverse document frequency over the
-        candidates; a term none says weighs nothing."""
+        candidates; a term none says weighs nothing. A turn not among them says none."""
         said = {t.pk: self.says(t.text) for t in turns if t.text}
-        if not said:
-            return self
         counts = Counter(term for terms in said.values() for term in terms)
         n = len(said)
         rarity = {term: math.log((n + 1) / (df + 0.5)) for term, df in counts.items()}
-        return dataclasses.replace(self, rarity=rarity, said=said)
+        total = sum(rarity.values())
+        coverage = (
+            {pk: sum(rarity[term] for term in terms) / total for pk, terms in said.items()} if total else {}
+        )
+        return dataclasses.replace(self, rarity=rarity, coverage=coverage)
 
     def lift(self, turn: TurnCost) -> float:
         """How much higher ``turn`` stands for this question (1 when its text is not read)."""
@@ -207,12 +210,8 @@ class Clues:
             lift *= SPEAKER_LIFT
         if self.answer is not None and self.answer.search(text):
             lift *= ANSWER_LIFT
-        total = sum(self.rarity.values())
-        if total > 0:
-            said = self.said.get(turn.pk)
-            said = self.says(text) if said is None else said
-            coverage = sum(self.rarity.get(term, 0.0) for term in said) / total
-            lift *= 1.0 + COVERAGE_LIFT * coverage**2
+        if self.coverage:
+            lift *= 1.0 + COVERAGE_LIFT * self.coverage.get(turn.pk, 0.0) ** 2
         return lift
 
 
