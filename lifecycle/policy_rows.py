@@ -5,6 +5,7 @@ what a change changed (docs/decisions/0049-one-policy-reader.md)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from memory_platform import db
@@ -25,11 +26,27 @@ def read_policy(tenant: Tenant) -> Policy:
     return Policy(**dict(zip(Policy.field_names(), row, strict=True)))
 
 
+def read_policy_beside(
+    tenant: Tenant, expressions: Sequence[tuple[str, Sequence[Any]]]
+) -> tuple[Policy, list[Any]]:
+    """The tenant's policy (``read_policy``) and the values of ``expressions`` (each a SQL
+    expression, a scalar subquery or an ``ARRAY(...)``, with its parameters) in one statement: what
+    a request reads before it can start, in one round trip instead of one each. A tenant without a
+    policy row yet gets it created, and the expressions are read by a second statement."""
+    selected = "".join(f", {sql}" for sql, _ in expressions)
+    params = [value for _, values in expressions for value in values]
+    row = db.fetch_one(_policy_query(selected), [*params, tenant.pk])
+    if row is None:
+        return read_policy(tenant), db.expression_values(expressions)
+    names = Policy.field_names()
+    return Policy(**dict(zip(names, row[: len(names)], strict=True))), list(row[len(names) :])
+
+
 @functools.cache
-def _policy_query() -> str:
+def _policy_query(selected: str = "") -> str:
     meta = MemoryPolicy._meta
-    columns = db.column_list(meta.get_field(name) for name in Policy.field_names())
-    return f"SELECT {columns} FROM {meta.db_table} WHERE tenant_id = %s"
+    columns = db.column_list((meta.get_field(name) for name in Policy.field_names()), "p")
+    return f"SELECT {columns}{selected} FROM {meta.db_table} p WHERE p.tenant_id = %s"
 
 
 def policy_row(tenant: Tenant) -> MemoryPolicy:

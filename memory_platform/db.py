@@ -96,6 +96,17 @@ def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
+def expression_values(expressions: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+    """The values of SQL expressions (each with its parameters), read in one statement."""
+    if not expressions:
+        return []
+    row = fetch_one(
+        "SELECT " + ", ".join(sql for sql, _ in expressions),
+        [value for _, values in expressions for value in values],
+    )
+    return list(row or ())
+
+
 def fetch_one(sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
     rows = fetch(sql, params)
     return rows[0] if rows else None

@@ -24,10 +24,10 @@ from episodes.scope import ALL_LAYERS
 from episodes.services import EpisodeNotFound
 from episodes.stores import archive, rows
 from episodes.stores.hot import HotUnavailable, hot_store, unavailable_reason
-from lifecycle.models import read_policy
+from lifecycle.policy_rows import read_policy_beside
 from lifecycle.services import feedback_review
 from lifecycle.tenant_policy import Policy
-from memory_platform import counters
+from memory_platform import counters, db
 from memory_platform.embeddings import EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
 
@@ -135,20 +135,21 @@ def search(
     window = query.scope.occurred_from, query.scope.occurred_to
     if window[0] is not None and window[1] is not None and window[0] > window[1]:
         return SearchResult(hits=[], degraded=False, took_ms=0.0)  # a window that ends before it starts
-    policy = policy or read_policy(tenant)
-    weights = weights or tenant_weights(policy)
-    k = max(weights.candidates, query.limit * 3)
     layers = query.scope.layers or ALL_LAYERS
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
-    layers_version = archive.layers_version_if_any(tenant, archive_layers) if archive_layers else None
+    search_hot = Layer.HOT in layers
+    # Read before anything else, in one statement with the policy when the caller has not read it:
+    # whether anything is packed (``layers_version``), and the hot episodes the index missed.
+    policy, layers_version, stale = _preamble(tenant, archive_layers, search_hot, policy)
+    weights = weights or tenant_weights(policy)
+    k = max(weights.candidates, query.limit * 3)
     if layers_version is None:
         # Nothing packed yet (a young tenant): the warm/cold statements would find nothing,
         # and planning them costs more than this look at the (tenant, layer) index.
         archive_layers = ()
-    search_hot = Layer.HOT in layers
     # Hot episodes the index missed (Redis was down or full, or a write a moment old) are searched
     # in Postgres until the repair has indexed them.
-    missed = _narrow(rows.hot_index_stale(tenant), query.scope.episode_ids) if search_hot else []
+    missed = _narrow(stale, query.scope.episode_ids) if search_hot else []
     outage = False
     text = query.text if query.text.strip() else None
     # The query is embedded first: on 2 cores the model's threads and concurrent searches would
@@ -241,6 +242,27 @@ def search(
         accessed=accessed,
         traversed=traversed,
     )
+
+
+def _preamble(
+    tenant: Tenant, archive_layers: tuple[str, ...], search_hot: bool, policy: Policy | None
+) -> tuple[Policy, int | None, list[int]]:
+    """What a search reads before it starts, in one statement: the tenant's policy (unless the
+    caller read it), its ``layers_version`` when it has episodes in ``archive_layers`` (None when
+    not: nothing packed to search), and the hot episodes the index missed (when hot is searched)."""
+    expressions = []
+    if archive_layers:
+        expressions.append(archive.layers_version_expression(tenant, archive_layers))
+    if search_hot:
+        expressions.append(rows.hot_index_stale_expression(tenant))
+    if policy is None:
+        policy, values = read_policy_beside(tenant, expressions)
+    else:
+        values = db.expression_values(expressions)
+    found = iter(values)
+    version = next(found) if archive_layers else None
+    stale = [int(pk) for pk in next(found)] if search_hot else []
+    return policy, None if version is None else int(version), stale
 
 
 def _count_search(

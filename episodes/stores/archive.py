@@ -88,13 +88,20 @@ def layers_version_if_any(tenant: Tenant, layers: tuple[str, ...]) -> int | None
     autovacuum has not analysed since) is estimated to hold thousands of such rows, so it
     scans the table for the first one. Ordering by the `(tenant, layer)` index's own columns
     makes the index the only cheap plan, an index-only scan (docs/decisions/0005)."""
+    sql, params = layers_version_expression(tenant, layers)
+    row = db.fetch_one(f"SELECT {sql}", params)
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def layers_version_expression(tenant: Tenant, layers: tuple[str, ...]) -> tuple[str, list[Any]]:
+    """``layers_version_if_any`` as a SQL expression (NULL for None) with its parameters, to be read
+    beside other values in one statement (``lifecycle.policy_rows.read_policy_beside``)."""
     tenant_id = tenant.pk
-    row = db.fetch_one(
-        f"SELECT (SELECT layers_version FROM {TENANTS} WHERE id = %s) FROM {EPISODES} "
-        "WHERE tenant_id = %s AND layer = ANY(%s) ORDER BY tenant_id, layer LIMIT 1",
+    return (
+        f"(SELECT (SELECT layers_version FROM {TENANTS} WHERE id = %s) FROM {EPISODES} v "
+        "WHERE v.tenant_id = %s AND v.layer = ANY(%s) ORDER BY v.tenant_id, v.layer LIMIT 1)",
         [tenant_id, tenant_id, list(layers)],
     )
-    return None if row is None else int(row[0])
 
 
 @dataclass(frozen=True)

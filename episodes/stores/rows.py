@@ -214,12 +214,19 @@ def turn_similarities(
 def hot_index_stale(tenant: Tenant, limit: int = 200) -> list[int]:
     """The tenant's hot episodes that wait to be (re-)indexed in Redis (at most ``limit``): a write
     that missed it (Redis down or full), or one a moment old (partial index `episode_needs_reindex`)."""
-    rows = db.fetch(
-        f"SELECT id FROM {EPISODES} WHERE tenant_id = %s AND needs_reindex AND layer = 'hot' "
-        "AND state <> %s ORDER BY id DESC LIMIT %s",
+    sql, params = hot_index_stale_expression(tenant, limit)
+    row = db.fetch_one(f"SELECT {sql}", params)
+    return [int(pk) for pk in (row[0] if row else [])]
+
+
+def hot_index_stale_expression(tenant: Tenant, limit: int = 200) -> tuple[str, list[Any]]:
+    """``hot_index_stale`` as a SQL expression (an array of ids) with its parameters, to be read
+    beside other values in one statement (``lifecycle.policy_rows.read_policy_beside``)."""
+    return (
+        f"ARRAY(SELECT s.id FROM {EPISODES} s WHERE s.tenant_id = %s AND s.needs_reindex "
+        "AND s.layer = 'hot' AND s.state <> %s ORDER BY s.id DESC LIMIT %s)",
         [tenant.pk, State.FORGOTTEN.value, limit],
     )
-    return [int(row[0]) for row in rows]
 
 
 class Use(NamedTuple):

@@ -286,3 +286,44 @@ def test_warm_and_cold_are_searched_only_for_tenants_holding_packed_episodes(cal
     found = search(caller, "Lisbon conference flight")["results"]
     assert (found[0]["episode_id"], found[0]["layer"]) == (corpus["trip"], "warm")
     assert ids(search(outsider, "Lisbon conference flight")) == mine
+
+
+def test_what_a_search_reads_first_is_one_statement_and_the_tenants_own(caller, corpus):
+    """The policy, whether anything is packed and the hot episodes the index missed are read in one
+    statement, each value the tenant's own (an outsider's packed and stale episodes are not)."""
+    from django.db import connection
+
+    from episodes.stores import archive, rows
+    from lifecycle.models import MemoryPolicy, read_policy
+    from retrieval.services import _preamble
+
+    from ..conftest import Caller
+
+    outsider = Caller("outsider-preamble")
+    theirs = turns(outsider, "trip", ["I booked a flight to Lisbon as well"])["episode_ids"]
+    pack(theirs[0], "warm")
+    Episode.objects.across_tenants("test").filter(public_id=theirs[0]).update(layer="hot", needs_reindex=True)
+    pack(corpus["trip"], "warm")
+    stale = Episode.objects.across_tenants("test").get(public_id=corpus["cooking"])
+    Episode.objects.across_tenants("test").filter(pk=stale.pk).update(needs_reindex=True)
+
+    sent = []
+
+    def count(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        policy, version, missed = _preamble(caller.tenant, ("warm", "cold"), True, None)
+    assert len(sent) == 1
+    assert policy == read_policy(caller.tenant)
+    assert version == archive.layers_version_if_any(caller.tenant, ("warm", "cold")) is not None
+    assert missed == rows.hot_index_stale(caller.tenant) == [stale.pk]
+    # Nothing packed in cold, and the outsider's stale episode is not the caller's.
+    assert _preamble(caller.tenant, ("cold",), True, policy)[1:] == (None, [stale.pk])
+    assert _preamble(outsider.tenant, ("cold",), False, None)[1:] == (None, [])
+
+    # A tenant whose policy row is not there yet gets it made, and the same values.
+    MemoryPolicy.objects.across_tenants("test").filter(tenant=caller.tenant).delete()
+    assert _preamble(caller.tenant, ("warm", "cold"), True, None) == (policy, version, [stale.pk])
+    assert MemoryPolicy.objects.across_tenants("test").filter(tenant=caller.tenant).exists()
