@@ -192,8 +192,8 @@ def search(
             "rrf": hop.relevance,
         }
 
-    # Ranking reads a few columns of every candidate; only the hits kept are loaded whole
-    # (building model objects for every candidate costs more than the statements).
+    # Ranking reads the candidates' rows, with the columns a hit shows; only the hits kept become
+    # model objects (building one for every candidate costs more than the statement).
     # A time the query names lifts the episodes of that time (never a filter).
     timed = when.windows(query.text, now) if weights.time and query.text else []
     ranked = rank_candidates(tenant, episode_relevance, query.limit, weights, timed)
@@ -204,13 +204,13 @@ def search(
             matched[episode_id] = [(t, base * (0.5 + 0.5 * max(s, 0.0))) for t, s in sims[:5]]
 
     order = rerank(ranked, episode_relevance, weights, policy, now, timed)[: query.limit]
-    episodes = rows.hit_episodes(tenant, [pk for pk, _, _ in order])
     hits = []
     for pk, score, parts in order:
-        if pk not in episodes:  # forgotten since it was ranked
-            continue
         hit = Hit(
-            episode=episodes[pk], relevance=episode_relevance[pk], score=score, matched=matched.get(pk, [])
+            episode=rows.hit_episode(ranked[pk]),
+            relevance=episode_relevance[pk],
+            score=score,
+            matched=matched.get(pk, []),
         )
         if query.explain:
             hit.explain = {**explain.get(pk, {}), **parts, "score": score}

@@ -42,6 +42,9 @@ class RankRow(NamedTuple):
     superseded_by: Sequence[int] = ()
     #: The days its turns mention (``Episode.mentioned``), read only when the query names a time.
     mentioned: Sequence[str] = ()
+    #: The episode's columns as a hit shows it (``hit_episode``), read in the same statement:
+    #: the candidates that make the top become hits without another one.
+    hit: tuple[Any, ...] = ()
 
 
 class TurnRow(NamedTuple):
@@ -61,24 +64,18 @@ class TurnRow(NamedTuple):
 
 
 @functools.cache
-def _hit_columns() -> tuple[str, list[str]]:
+def _hit_columns(alias: str = "") -> tuple[str, list[str]]:
     """An episode's columns as a hit shows it (vectors, search text and metadata stay behind),
     and their field names."""
     left_out = {"embedding", "search_text", "search_vector", "metadata"}
     fields = [f for f in Episode._meta.concrete_fields if f.attname not in left_out]
-    return db.column_list(fields), [f.attname for f in fields]
+    return db.column_list(fields, alias), [f.attname for f in fields]
 
 
-def hit_episodes(tenant: Tenant, episode_ids: Sequence[int]) -> dict[int, Episode]:
-    """The tenant's visible episodes among ``episode_ids``, without vectors, search text or metadata."""
-    if not episode_ids:
-        return {}
-    columns, names = _hit_columns()
-    rows = db.fetch(
-        f"SELECT {columns} FROM {EPISODES} WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
-        [tenant.pk, list(episode_ids), State.FORGOTTEN.value],
-    )
-    return {e.pk: e for e in (Episode.from_db(connection.alias, names, row) for row in rows)}
+def hit_episode(row: RankRow) -> Episode:
+    """A ranked candidate as the episode a hit shows (no vectors, search text or metadata), from
+    the columns ``rank_rows`` read with it."""
+    return Episode.from_db(connection.alias, _hit_columns()[1], row.hit)
 
 
 #: The episodes that supersede ``e``, through the index link_tenant_dst (a few rows, mostly none).
@@ -86,18 +83,21 @@ _SUPERSEDERS = f"ARRAY(SELECT l.src_id FROM {LINKS} l WHERE l.tenant_id = e.tena
 
 
 def rank_rows(tenant: Tenant, episode_ids: Sequence[int], *, mentioned: bool = False) -> list[RankRow]:
-    """What ranking reads of each of the tenant's visible candidates, in one statement; the days
-    their turns mention with ``mentioned`` (a query that names a time)."""
+    """What ranking reads of each of the tenant's visible candidates, in one statement, with the
+    columns a hit shows (``RankRow.hit``); the days their turns mention with ``mentioned`` (a query
+    that names a time)."""
     if not episode_ids:
         return []
+    columns, _ = _hit_columns("e")
+    read = 11 if mentioned else 10
     rows = db.fetch(
-        "SELECT id, layer, state, anchor, access_count, last_accessed_at, created_at, first_occurred_at, "
-        f"last_occurred_at, {_SUPERSEDERS}{', mentioned' if mentioned else ''} "
-        f"FROM {EPISODES} e "
-        "WHERE tenant_id = %s AND id = ANY(%s) AND state <> %s",
+        "SELECT e.id, e.layer, e.state, e.anchor, e.access_count, e.last_accessed_at, e.created_at, "
+        f"e.first_occurred_at, e.last_occurred_at, {_SUPERSEDERS}{', e.mentioned' if mentioned else ''}, "
+        f"{columns} FROM {EPISODES} e "
+        "WHERE e.tenant_id = %s AND e.id = ANY(%s) AND e.state <> %s",
         [LinkKind.SUPERSEDES.value, tenant.pk, list(episode_ids), State.FORGOTTEN.value],
     )
-    return [RankRow(*row) for row in rows]
+    return [RankRow._make([*row[:10], row[10] if mentioned else (), row[read:]]) for row in rows]
 
 
 def turns_for(

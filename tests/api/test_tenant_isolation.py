@@ -109,8 +109,10 @@ def test_by_id_reads_carry_the_tenant(caller, outsider):
     ours = rows.turns_for(caller.tenant, [episode_id], full={episode_id})
     assert [t.pk for t in ours[episode_id]] == [turn_id] and ours[episode_id][0].text == "the ledger is blue"
     assert rows.turns_for(outsider.tenant, [episode_id], full={episode_id}) == {episode_id: []}
-    assert rows.hit_episodes(outsider.tenant, [episode_id]) == {}
     assert rows.rank_rows(outsider.tenant, [episode_id]) == []
+    (mine,) = rows.rank_rows(caller.tenant, [episode_id])
+    hit = rows.hit_episode(mine)
+    assert (hit.pk, hit.tenant_id, hit.state) == (episode_id, caller.tenant.pk, "active")
     vector = np.ones(384, dtype=np.float32)
     assert rows.turn_similarities(outsider.tenant, [episode_id], vector) == {}
     assert set(rows.turn_similarities(caller.tenant, [episode_id], vector)) == {episode_id}
