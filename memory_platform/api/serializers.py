@@ -87,7 +87,9 @@ class StrictSerializer(serializers.Serializer):
         """The declared fields, copied for this instance. DRF deep-copies them for every instance,
         which builds each field again (about a millisecond a request for a search's 19); here they
         are built once per class (``_templates``, never bound) and each instance binds its own
-        shallow copies (``_fresh``)."""
+        shallow copies (``_fresh``). A model serializer makes its fields from the model: DRF's way."""
+        if isinstance(self, serializers.ModelSerializer):
+            return super().get_fields()
         return {name: _fresh(field) for name, field in self._templates().items()}
 
     @classmethod
