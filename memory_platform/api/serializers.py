@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -70,8 +70,9 @@ def _fresh(field: serializers.Field) -> serializers.Field:
     child = getattr(field, "child", None)
     if isinstance(child, serializers.Field):
         # Bound to its list when the list was made (name "", source ""): only the parent changes.
-        clone.child = _fresh(child)
-        clone.child.parent = clone
+        fresh = _fresh(child)
+        fresh.parent = clone  # type: ignore[assignment]  # a list field, not a serializer, is its parent
+        setattr(clone, "child", fresh)  # noqa: B010 - a list's or a dict's child, not every field's
     return clone
 
 
@@ -82,6 +83,8 @@ class StrictSerializer(serializers.Serializer):
     # ``from_query``.
     from_query = False
     schema_rules: dict[str, Any] = {}
+    #: The declared fields, built once for each class (``_templates``).
+    _field_templates: ClassVar[dict[str, serializers.Field] | None] = None
 
     def get_fields(self) -> dict[str, serializers.Field]:
         """The declared fields, copied for this instance. DRF deep-copies them for every instance,
