@@ -18,7 +18,7 @@ from django.db.models import Q
 
 from episodes.models import Episode, Layer, Link, LinkKind
 from episodes.services import EpisodeNotFound
-from episodes.stores import rows
+from episodes.stores import merges
 from memory_platform.tenancy.models import Tenant
 
 from . import scoring
@@ -44,7 +44,7 @@ def owner_of(episode: Episode) -> str:
     """Whose a memory is, as a reviewer reads it: ``user u-bob, agent —`` (the ``MERGE_SCOPE``)."""
     return ", ".join(
         f"{name.removesuffix('_id')} {value or '—'}"
-        for name, value in zip(rows.MERGE_SCOPE, rows.merge_scope(episode), strict=True)
+        for name, value in zip(merges.MERGE_SCOPE, merges.merge_scope(episode), strict=True)
     )
 
 
@@ -81,7 +81,7 @@ def propose_merges(t: Tick) -> int:
 
     A packed episode may be merged away when it scores low, has few links and is near enough to
     another (``scoring.is_merge_candidate``); its nearest neighbours are searched among the packed
-    episodes of the same kind and owner (``rows.MERGE_SCOPE``). The pairs found join into clusters
+    episodes of the same kind and owner (``merges.MERGE_SCOPE``). The pairs found join into clusters
     (union-find), and each cluster is proposed once: every member that may be merged away, into
     the cluster's survivor (``_survival_ranks``), so no episode is both merged and merged into, and no
     proposal chains into another. A member too far from the survivor itself waits until the
@@ -109,7 +109,7 @@ def propose_merges(t: Tick) -> int:
     low_rows = low_rows[np.lexsort((listing.ids[low_rows], listing.scores[low_rows]))][:MERGE_SCAN_LIMIT]
     low = [ids[i] for i in low_rows.tolist()]
     packed_all = int(np.isin(listing.layer, [Layer.WARM, Layer.COLD]).sum())  # pinned ones too
-    found = rows.merge_neighbours(
+    found = merges.merge_neighbours(
         t.tenant, low, neighbours=MERGE_NEIGHBOURS, threshold=policy.merge_similarity, packed=packed_all
     )
     earlier, busy = _merge_history(t.tenant, {pk for a, b, _ in found for pk in (a, b)})
@@ -132,7 +132,7 @@ def propose_merges(t: Tick) -> int:
             for pk in cluster
             if pk != survivor and pk in in_low and frozenset((pk, survivor)) not in earlier
         ]
-    similarities = rows.merge_similarities(t.tenant, wanted)
+    similarities = merges.merge_similarities(t.tenant, wanted)
     episodes = t.instances([pk for pk, _ in wanted])
     made = 0
     for pk, survivor in wanted:
@@ -277,8 +277,8 @@ def candidate_approve(*, candidate: Candidate, now: datetime, actor: str) -> Can
 
 def _refuse_across_owners(merged: Episode, survivor: Episode) -> None:
     """A merge never makes one person's memory disappear into another's, whoever proposed it
-    (the tick proposes none: ``rows.merge_neighbours``)."""
-    if rows.merge_scope(merged) != rows.merge_scope(survivor):
+    (the tick proposes none: ``merges.merge_neighbours``)."""
+    if merges.merge_scope(merged) != merges.merge_scope(survivor):
         raise CandidateError(
             f"memory {merged.public_id} ({owner_of(merged)}) and {survivor.public_id} ({owner_of(survivor)}) "
             "belong to different users or agents: a merge stays within one "

@@ -20,10 +20,7 @@ def read_policy(tenant: Tenant) -> Policy:
 
     Every ingest and every search reads it: one fast-path statement of the columns, no model
     instance to build. Read it once per request or task and pass it down."""
-    row = db.fetch_one(_policy_query(), [tenant.pk])
-    if row is None:
-        return policy_row(tenant).values()
-    return Policy(**dict(zip(Policy.field_names(), row, strict=True)))
+    return read_policy_beside(tenant, ())[0]
 
 
 def read_policy_beside(
@@ -37,13 +34,13 @@ def read_policy_beside(
     params = [value for _, values in expressions for value in values]
     row = db.fetch_one(_policy_query(selected), [*params, tenant.pk])
     if row is None:
-        return read_policy(tenant), db.expression_values(expressions)
+        return policy_row(tenant).values(), db.expression_values(expressions)
     names = Policy.field_names()
     return Policy(**dict(zip(names, row[: len(names)], strict=True))), list(row[len(names) :])
 
 
 @functools.cache
-def _policy_query(selected: str = "") -> str:
+def _policy_query(selected: str) -> str:
     meta = MemoryPolicy._meta
     columns = db.column_list((meta.get_field(name) for name in Policy.field_names()), "p")
     return f"SELECT {columns}{selected} FROM {meta.db_table} p WHERE p.tenant_id = %s"

@@ -149,7 +149,7 @@ def search(
         archive_layers = ()
     # Hot episodes the index missed (Redis was down or full, or a write a moment old) are searched
     # in Postgres until the repair has indexed them.
-    missed = _narrow(stale, query.scope.episode_ids) if search_hot else []
+    missed = _narrow(stale, query.scope.episode_ids)
     outage = False
     text = query.text if query.text.strip() else None
     # The query is embedded first: on 2 cores the model's threads and concurrent searches would

@@ -9,7 +9,7 @@ from django.db import migrations
 from django.db.models import F, Q
 from django.utils import timezone
 
-#: ``episodes.stores.rows.MERGE_SCOPE`` as it is when this is written (a migration keeps its own).
+#: ``episodes.stores.merges.MERGE_SCOPE`` as it is when this is written (a migration keeps its own).
 SCOPE = ("user_id", "agent_id")
 ACTOR = "migration"
 ACTION = "withdraw_candidate"

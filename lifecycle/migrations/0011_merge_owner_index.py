@@ -1,5 +1,5 @@
 """The index the tick's merge proposals read their nearest neighbours through: packed episodes by
-tenant, owner (``episodes.stores.rows.MERGE_SCOPE``) and kind. With it a person's neighbours are
+tenant, owner (``episodes.stores.merges.MERGE_SCOPE``) and kind. With it a person's neighbours are
 ranked among that person's few packed episodes; without it Postgres read the tenant's whole
 table for each episode (docs/decisions/0040-merges-within-one-scope.md). A large owner (every
 memory of a tenant under one user) still goes through the HNSW index, as the planner chooses.

@@ -15,7 +15,7 @@ import pytest
 from django.db import connection, transaction
 
 from episodes.models import Episode
-from episodes.stores import rows
+from episodes.stores import merges
 from tests.conftest import Caller
 
 from .factories import NOW
@@ -51,7 +51,7 @@ def without_owner_index(tenant, ids):
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("DROP INDEX episode_packed_owner")
-        found = rows.merge_neighbours(
+        found = merges.merge_neighbours(
             tenant, ids, neighbours=3, threshold=0.92, packed=USERS * (SENTENCES + 1)
         )
         transaction.set_rollback(True)  # the index comes back
@@ -94,8 +94,8 @@ def test_merge_neighbours_cost():
     timed("tenant and kind (before)", lambda: before(tenant, ids))
     timed("owner, without episode_packed_owner", lambda: without_owner_index(tenant, ids))
     timed(
-        "owner (rows.merge_neighbours)",
-        lambda: rows.merge_neighbours(
+        "owner (merges.merge_neighbours)",
+        lambda: merges.merge_neighbours(
             tenant, ids, neighbours=3, threshold=0.92, packed=USERS * (SENTENCES + 1)
         ),
     )

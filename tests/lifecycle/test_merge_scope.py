@@ -285,7 +285,7 @@ def test_merge_neighbours_in_memory_are_the_index_search_s(monkeypatch):
     not forgotten, never the episode itself or another tenant's copy, cosines to float precision."""
     import numpy as np
 
-    from episodes.stores import rows
+    from episodes.stores import merges
 
     tenant, outsider = (
         Caller("mem-a", embedder="provided").tenant,
@@ -316,10 +316,10 @@ def test_merge_neighbours_in_memory_are_the_index_search_s(monkeypatch):
     ids = list(Episode.objects.across_tenants("test").filter(tenant=tenant).values_list("pk", flat=True))
     sources = ids[::2] + [ids[11]]  # a hot one too: searched from, never found
 
-    in_memory = rows.merge_neighbours(tenant, sources, neighbours=3, threshold=0.6, packed=180)
-    monkeypatch.setattr(rows, "MERGE_IN_MEMORY", 0)
-    assert rows._merge_neighbours_in_memory(tenant, sources, neighbours=3, threshold=0.6) is None
-    searched = rows.merge_neighbours(tenant, sources, neighbours=3, threshold=0.6, packed=180)
+    in_memory = merges.merge_neighbours(tenant, sources, neighbours=3, threshold=0.6, packed=180)
+    monkeypatch.setattr(merges, "MERGE_IN_MEMORY", 0)
+    assert merges._merge_neighbours_in_memory(tenant, sources, neighbours=3, threshold=0.6) is None
+    searched = merges.merge_neighbours(tenant, sources, neighbours=3, threshold=0.6, packed=180)
 
     assert len(in_memory) > 20  # pairs above the threshold exist
     assert sorted((a, b) for a, b, _ in in_memory) == sorted((a, b) for a, b, _ in searched)
