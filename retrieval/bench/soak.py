@@ -325,7 +325,9 @@ class Soak:
         while True:
             at = self.elapsed()
             if at >= min(next_sample, duration):
-                samples.append(self.sample(min(at, duration) / 60))
+                # A row is named by the minute it was due, not the moment the operation under way
+                # let it be taken (on a loaded machine, a few seconds later).
+                samples.append(self.sample(min(next_sample, duration) / 60))
                 row(samples[-1])
                 if at >= duration:
                     break
