@@ -24,38 +24,66 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def check_value(value: Any, max_depth: int) -> None:
     """Raise ParseError when ``value`` nests deeper than ``max_depth``, holds a NUL character or a
     lone surrogate in any key or string, or a number that is not finite; the message says where
-    (``turns[0].metadata.k: ...``). Iterative, so a deep value cannot exhaust the stack here either."""
-    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+    (``turns[0].metadata.k: ...``). Iterative, so a deep value cannot exhaust the stack here either.
+
+    Each item carries where it sits as a link to its parent's place and its own key, spelled out
+    only for the message: a vector of 384 numbers would otherwise make 384 path strings a request."""
+    stack: list[tuple[Any, int, _Place]] = [(value, 1, None)]
     while stack:
-        item, depth, path = stack.pop()
+        item, depth, place = stack.pop()
         if isinstance(item, str):
-            _check_text(item, path)
+            _check_text(item, place)
         elif isinstance(item, float):
             if not math.isfinite(item):
                 raise ParseError(
-                    f"{_at(path)}numbers must be finite (NaN, Infinity and numbers beyond 1e308 are not JSON)"
+                    f"{_at(place)}numbers must be finite (NaN, Infinity and numbers beyond 1e308 are not JSON)"
                 )
         elif isinstance(item, dict | list):
             if depth > max_depth:
-                raise ParseError(f"{_at(path)}JSON nests deeper than {max_depth} levels")
+                raise ParseError(f"{_at(place)}JSON nests deeper than {max_depth} levels")
             if isinstance(item, dict):
                 for key, child in item.items():
-                    _check_text(str(key), f"a key in {path or 'the body'}")
-                    stack.append((child, depth + 1, f"{path}.{key}" if path else str(key)))
+                    if "\x00" in key or _SURROGATE.search(key):
+                        _check_text(key, ("a key in", place))
+                    stack.append((child, depth + 1, (place, key)))
+            elif item and all(child.__class__ is float for child in item):
+                # Decimals only (a vector): nothing in it nests or holds text.
+                if not all(map(math.isfinite, item)):
+                    at = next(i for i, child in enumerate(item) if not math.isfinite(child))
+                    stack.append((item[at], depth + 1, (place, at)))
             else:
-                stack.extend((child, depth + 1, f"{path}[{i}]") for i, child in enumerate(item))
+                stack.extend((child, depth + 1, (place, i)) for i, child in enumerate(item))
 
 
-def _at(path: str) -> str:
+#: Where a value sits: None for the body, else its parent's place and its key or index (a key
+#: itself is placed as ``("a key in", place)``).
+_Place = tuple[Any, str | int] | None
+
+
+def _path(place: _Place) -> str:
+    keys: list[str | int] = []
+    while place is not None:
+        place, key = place
+        keys.append(key)
+    path = ""
+    for key in reversed(keys):
+        path = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key
+    return path
+
+
+def _at(place: _Place) -> str:
+    if place is not None and place[0] == "a key in":
+        return f"a key in {_path(place[1]) or 'the body'}: "
+    path = _path(place)
     return f"{path}: " if path else ""
 
 
-def _check_text(text: str, path: str) -> None:
+def _check_text(text: str, place: _Place) -> None:
     if "\x00" in text:
-        raise ParseError(f"{_at(path)}text must not contain the NUL character (\\u0000)")
+        raise ParseError(f"{_at(place)}text must not contain the NUL character (\\u0000)")
     if _SURROGATE.search(text):
         raise ParseError(
-            f"{_at(path)}text must not contain half of a UTF-16 surrogate pair (\\ud800-\\udfff)"
+            f"{_at(place)}text must not contain half of a UTF-16 surrogate pair (\\ud800-\\udfff)"
         )
 
 

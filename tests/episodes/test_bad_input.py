@@ -184,6 +184,29 @@ def test_deep_nesting_and_nul_characters_are_400_and_write_nothing(caller, body)
     assert _counts() == before
 
 
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ('{"query": "q", "vector": [0.5, 0.25, 1e400, 0.125]}', "vector[2]: numbers must be finite"),
+        ('{"query": "q", "vector": [0.5, 1, -1e400]}', "vector[2]: numbers must be finite"),
+        ('{"turns": [{"text": "hi", "metadata": {"k": [1e400]}}]}', "turns[0].metadata.k[0]: numbers"),
+        (
+            '{"turns": [{"text": "hi", "metadata": {"a": {"k\\u0000": 1}}}]}',
+            "a key in turns[0].metadata.a: text",
+        ),
+        ('{"turns": [{"text": "ok"}, {"text": "x\\u0000"}]}', "turns[1].text: text must not contain the NUL"),
+        ('{"k\\u0000": 1}', "a key in the body: text must not"),
+    ],
+)
+def test_a_refused_body_says_where(caller, body, where):
+    """The parser's message names the place of what it refused, a vector's coordinate included."""
+    before = _counts()
+    response = caller.client.post("/api/v1/turns", body, content_type="application/json")
+    assert response.status_code == 400, response.content[:300]
+    assert where in response.json()["error"]["message"], response.json()
+    assert _counts() == before
+
+
 def test_metadata_a_little_nested_is_still_fine(caller):
     response = caller.post("/api/v1/turns", {"turns": [_good_turn(metadata=_nested(10))]})
     assert response.status_code == 201, response.content
