@@ -8,6 +8,7 @@ runs against a gunicorn started for the run on a free loopback port.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -45,7 +46,7 @@ from retrieval.query import SearchQuery
 from retrieval.services import record_access, search
 from rights.deletion import drop_tenant
 
-from . import deployments
+from . import deployments, revisions
 from .floor import measure_floor
 from .text import sentence
 
@@ -239,9 +240,10 @@ def _database_url() -> str:
 
 
 class Server:
-    """gunicorn on a free loopback port, with this process's settings and data directory."""
+    """gunicorn on a free loopback port, with this process's settings and data directory, serving
+    the code under ``root`` (this tree's by default; another revision's checkout for ``--against``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path | None = None) -> None:
         self.port = free_port()
         env = dict(os.environ)
         env.setdefault("SECRET_KEY", settings.SECRET_KEY)
@@ -251,7 +253,7 @@ class Server:
         env["REDIS_URL"] = settings.REDIS_URL
         # One client asks as fast as it is answered: the limits are counted as always, never reached.
         env["MEMORY_RATE_LIMIT"] = env["MEMORY_TENANT_RATE_LIMIT"] = "1000000/s"
-        root = Path(settings.BASE_DIR)
+        root = root or Path(settings.BASE_DIR)
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -299,21 +301,31 @@ def measure_http(
 ) -> list[float]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
-    times = []
-    for text, vector in queries:
-        body = {"query": text, "limit": 10}
-        if with_vector:
-            body["vector"] = vector
-        payload = json.dumps(body)
-        started = time.perf_counter()
-        conn.request("POST", "/api/v1/search", body=payload, headers=headers)
-        response = conn.getresponse()
-        response.read()
-        times.append((time.perf_counter() - started) * 1000)
-        if response.status != 200:
-            raise RuntimeError(f"search answered {response.status}")
+    times = [timed_search_request(conn, headers, text, vector, with_vector) for text, vector in queries]
     conn.close()
     return times
+
+
+def timed_search_request(
+    conn: http.client.HTTPConnection,
+    headers: dict[str, str],
+    text: str,
+    vector: list[float],
+    with_vector: bool,
+) -> float:
+    """One ``POST /search`` on ``conn``, timed from the request's first byte to the answer's last, ms."""
+    body: dict[str, Any] = {"query": text, "limit": 10}
+    if with_vector:
+        body["vector"] = vector
+    payload = json.dumps(body)
+    started = time.perf_counter()
+    conn.request("POST", "/api/v1/search", body=payload, headers=headers)
+    response = conn.getresponse()
+    response.read()
+    took = (time.perf_counter() - started) * 1000
+    if response.status != 200:
+        raise RuntimeError(f"search answered {response.status}")
+    return took
 
 
 def reuse_tenant(size: int, log: Callable[[str], None]) -> tuple[Tenant, np.ndarray] | None:
@@ -371,13 +383,35 @@ def run_search_bench(
     log: Callable[[str], None],
     reuse: bool = False,
     compare_redis: str | None = None,
+    against: str | None = None,
+) -> list[dict[str, Any]]:
+    """``against``: a git revision whose search is timed over HTTP beside this tree's, query by
+    query (``revisions``)."""
+    with contextlib.ExitStack() as stack:
+        other = stack.enter_context(revisions.checkout(against, log)) if against else None
+        return _run(sizes, queries, seed, keep, log, reuse, compare_redis, other)
+
+
+def _run(
+    sizes: list[int],
+    queries: int,
+    seed: int,
+    keep: bool,
+    log: Callable[[str], None],
+    reuse: bool,
+    compare_redis: str | None,
+    against: tuple[Path, str] | None,
 ) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
     get_embedder("local").embed(["warm-up"])
     results = []
     loaded: list[Tenant] = []
     server = Server()
+    servers = [server]
     try:
+        if against is not None:
+            log(f"  starting a web server on {against[1]}'s code")
+            servers.append(Server(root=against[0]))
         for size in sizes:
             kept = reuse_tenant(size, log) if reuse else None
             if kept is not None:
@@ -443,13 +477,30 @@ def run_search_bench(
                     results.append(
                         {"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)}
                     )
+            if against is not None:
+                log(f"  measuring HTTP on this tree and on {against[1]}, query by query")
+                askers = {
+                    "this": revisions.Asker(server.port, secret),
+                    "other": revisions.Asker(servers[1].port, secret),
+                }
+                try:
+                    for asker in askers.values():  # each server's first requests (its model, its connections)
+                        for text, vector in warm:
+                            asker.search(text, vector, True)
+                            asker.search(text, vector, False)
+                    paired = revisions.compare(askers, qs)
+                finally:
+                    for asker in askers.values():
+                        asker.close()
+                results.extend(revisions.rows(size, against[1], paired, _percentiles))
             if compare_redis:
                 log(f"  measuring the service on the default Redis and on {deployments.kind(compare_redis)}")
                 times_on = deployments.compare(tenant, qs, compare_redis, log)
                 results.extend(deployments.rows(size, compare_redis, times_on, _percentiles))
     finally:
         try:
-            server.stop()
+            for each in servers:
+                each.stop()
         finally:
             # Dropped once every size is measured: deleting a loaded tenant sets autovacuum and
             # RediSearch's collector to work, which would slow the next size's measurements. The
@@ -473,8 +524,11 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         ratio = r.get("ratio_to_floor")
         over = r.get("p95_over_default")
         shown = f"{ratio}x" if ratio is not None else f"{over}x default" if over is not None else ""
+        if "paired_median_diff_ms" in r:
+            low, high = r["paired_diff_ci95_ms"]
+            shown = f"{r['p95_over_against']}x; paired {r['paired_median_diff_ms']:+} ms [{low:+}, {high:+}]"
         lines.append(
             f"{r['episodes']:>9}  {r['path']:<{width}}{r['queries']:>8}{r['p50']:>9}{r['p95']:>9}{r['p99']:>9}"
-            f"{shown:>15}"
+            f" {shown:>14}"
         )
     return "\n".join(lines)

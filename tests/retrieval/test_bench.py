@@ -5,9 +5,12 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.conf import settings
+from django.core.management import CommandError, call_command
 
 from memory_platform.tenancy.models import Tenant
 
@@ -270,3 +273,49 @@ def test_bench_tick_interrupted_while_loading_drops_its_tenant():
     assert code == 130, out + err
     assert "Traceback" not in err and "interrupted: the tenants it loaded were dropped" in err, err
     assert not Tenant.objects.filter(name__startswith="bench-tick-20000-").exists()
+
+
+def test_bench_search_against_a_revision_asks_both_servers_every_query_and_removes_its_checkout(monkeypatch):
+    """`--against REV`: REV's code served from a temporary worktree beside this tree's, every query
+    asked of both; the paired difference is the median of the per-query differences, inside its
+    interval; the worktree is gone after."""
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "memory_platform.settings")
+    root = Path(settings.BASE_DIR)
+    before = subprocess.run(
+        ["git", "-C", str(root), "worktree", "list"], capture_output=True, text=True
+    ).stdout
+    out = io.StringIO()
+    call_command(
+        "bench", "search", "--sizes", "300", "--queries", "10", "--against", "HEAD", "--json",
+        stdout=out, stderr=io.StringIO(),
+    )  # fmt: skip
+    rows = {r["path"]: r for r in json.loads(out.getvalue())["results"]}
+    short = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    for path in ("HTTP, caller vector", "HTTP, local embedding"):
+        other, this = rows[f"{path} [{short}]"], rows[f"{path} [this tree]"]
+        assert other["queries"] == this["queries"] == 10
+        assert this["p95_over_against"] == round(this["p95"] / other["p95"], 2)
+        low, high = this["paired_diff_ci95_ms"]
+        assert low <= this["paired_median_diff_ms"] <= high
+    after = subprocess.run(
+        ["git", "-C", str(root), "worktree", "list"], capture_output=True, text=True
+    ).stdout
+    assert after == before and "bench-against-" not in after
+    assert not Tenant.objects.filter(name__startswith="bench-search-300-").exists()
+
+
+def test_bench_search_against_an_unknown_revision_is_refused_before_loading_anything():
+    with pytest.raises(CommandError, match="--against: no such revision here: no-such-rev"):
+        call_command("bench", "search", "--sizes", "300", "--against", "no-such-rev", stdout=io.StringIO())
+    assert not Tenant.objects.filter(name__startswith="bench-search-").exists()
+
+
+def test_the_paired_difference_is_the_median_of_the_per_query_differences():
+    from retrieval.bench.revisions import paired
+
+    this = [10.0, 12.0, 11.0, 30.0, 10.5]
+    other = [9.0, 10.0, 12.0, 10.0, 10.0]  # differences 1, 2, -1, 20, 0.5: median 1
+    median, low, high = paired(this, other)
+    assert median == 1.0 and low <= 1.0 <= high and low >= -1.0 and high <= 20.0

@@ -58,6 +58,15 @@ class Command(BaseCommand):
             ),
         )
         parser.add_argument(
+            "--against",
+            metavar="REV",
+            default=None,
+            help=(
+                "search: also time this tree's search and REV's (a git revision with the same migrations) "
+                "over HTTP, each query asked of both in turn, with the paired median difference"
+            ),
+        )
+        parser.add_argument(
             "--reuse",
             action="store_true",
             help=(
@@ -122,15 +131,21 @@ class Command(BaseCommand):
             from retrieval.bench.search import run_search_bench
         except ImportError as exc:
             raise CommandError(f"search benchmark unavailable: {exc}") from exc
-        result = run_search_bench(
-            sizes=[int(s) for s in opts["sizes"].split(",")],
-            queries=opts["queries"],
-            seed=opts["seed"],
-            keep=opts["keep"],
-            reuse=opts["reuse"],
-            log=log,
-            compare_redis=opts["compare_redis"],
-        )
+        from retrieval.bench.revisions import RevisionError
+
+        try:
+            result = run_search_bench(
+                sizes=[int(s) for s in opts["sizes"].split(",")],
+                queries=opts["queries"],
+                seed=opts["seed"],
+                keep=opts["keep"],
+                reuse=opts["reuse"],
+                log=log,
+                compare_redis=opts["compare_redis"],
+                against=opts["against"],
+            )
+        except RevisionError as exc:
+            raise CommandError(f"--against: {exc}") from None
         if opts["json"]:
             self.stdout.write(json.dumps({"bench": "search", "results": result}))
         else:
