@@ -47,8 +47,9 @@ class Embedder(ABC):
         return self.embed([text])[0]
 
 
-# Exactly int or float: a bool is an int to isinstance, and is not a coordinate.
-_NUMBER_TYPES = (int, float)
+# Exactly int or float: a bool is an int to isinstance, and is not a coordinate. (The types of a
+# JSON vector's numbers are looked at all at once first; numpy's numbers only one by one.)
+_NUMBER_TYPES = frozenset({int, float})
 
 
 def validate_vector(vector: Sequence[float], dim: int) -> np.ndarray:
@@ -61,7 +62,9 @@ def validate_vector(vector: Sequence[float], dim: int) -> np.ndarray:
     if isinstance(vector, np.ndarray):
         if vector.ndim != 1 or vector.dtype.kind not in "iuf":
             raise EmbeddingError("vector must contain only numbers")
-    elif not all(v.__class__ in _NUMBER_TYPES or isinstance(v, np.integer | np.floating) for v in vector):
+    elif not set(map(type, vector)) <= _NUMBER_TYPES and not all(
+        v.__class__ in _NUMBER_TYPES or isinstance(v, np.integer | np.floating) for v in vector
+    ):
         raise EmbeddingError("vector must contain only numbers")
     array = np.asarray(vector, dtype=np.float64)
     if not np.isfinite(array).all():

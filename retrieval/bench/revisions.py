@@ -80,7 +80,12 @@ class Asker:
     def search(self, text: str, vector: list[float], with_vector: bool) -> float:
         from .search import timed_search_request
 
-        return timed_search_request(self.conn, self.headers, text, vector, with_vector)
+        try:
+            return timed_search_request(self.conn, self.headers, text, vector, with_vector)
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            # gunicorn closes a connection idle for 2 s (its keep-alive): asked again on a new one.
+            self.conn.close()
+            return timed_search_request(self.conn, self.headers, text, vector, with_vector)
 
     def close(self) -> None:
         self.conn.close()

@@ -484,10 +484,7 @@ def _run(
                     "other": revisions.Asker(servers[1].port, secret),
                 }
                 try:
-                    for asker in askers.values():  # each server's first requests (its model, its connections)
-                        for text, vector in warm:
-                            asker.search(text, vector, True)
-                            asker.search(text, vector, False)
+                    revisions.compare(askers, warm)  # each server's first requests: not measured
                     paired = revisions.compare(askers, qs)
                 finally:
                     for asker in askers.values():
