@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 import numpy as np
+from django.db import connection
 
 from episodes import when
 from episodes.language import query_language, query_terms
@@ -28,7 +29,7 @@ from lifecycle.policy_rows import read_policy_beside
 from lifecycle.services import feedback_review
 from lifecycle.tenant_policy import Policy
 from memory_platform import counters, db
-from memory_platform.embeddings import EmbeddingError, embedder_for
+from memory_platform.embeddings import Embedder, EmbeddingError, embedder_for
 from memory_platform.tenancy.models import Tenant
 
 from . import hops, usage
@@ -39,7 +40,7 @@ from .ranking import (
     rerank,
     tenant_weights,
 )
-from .tiers import Tiers
+from .tiers import Tiers, search_pool
 
 logger = logging.getLogger(__name__)
 
@@ -101,16 +102,27 @@ def query_vector(tenant: Tenant, query: SearchQuery, *, ranks: bool = True) -> t
         return None, ""
     if query.vector is not None:
         return query.vector, ""
-    embedder = embedder_for(tenant)
-    if not embedder.computes or not query.text.strip():
-        return None, ""
-    if not ranks and query.min_score is None:
+    embedder = _embedder_to_run(tenant, query, ranks)
+    if embedder is None:
         return None, ""
     try:
         return embedder.embed_one(query.text), ""
     except EmbeddingError as exc:
         logger.warning("query embedding failed, searching text only: %s", exc)
         return None, f"{exc}; answered from full text"
+
+
+def _embedder_to_run(tenant: Tenant, query: SearchQuery, ranks: bool) -> Embedder | None:
+    """The tenant's embedder when the query's text goes through it (``query_vector``): no caller
+    vector, an embedder that computes, a text, and a vector that ranks or serves ``min_score``."""
+    if query.text_only or query.vector is not None:
+        return None
+    embedder = embedder_for(tenant)
+    if not embedder.computes or not query.text.strip():
+        return None
+    if not ranks and query.min_score is None:
+        return None
+    return embedder
 
 
 def _vector_reading(tenant: Tenant, query: SearchQuery) -> float:
@@ -138,9 +150,24 @@ def search(
     layers = query.scope.layers or ALL_LAYERS
     archive_layers = tuple(layer for layer in layers if layer != Layer.HOT)
     search_hot = Layer.HOT in layers
-    # Read before anything else, in one statement with the policy when the caller has not read it:
-    # whether anything is packed (``layers_version``), and the hot episodes the index missed.
-    policy, layers_version, stale = _preamble(tenant, archive_layers, search_hot, policy)
+    reading = _vector_reading(tenant, query)
+    ranks = reading > 0
+    # Read first, in one statement with the policy when the caller has not read it: whether
+    # anything is packed (``layers_version``), and the hot episodes the index missed. While the
+    # model embeds the query, on a pool thread's own connection (not inside a transaction, whose
+    # rows only this thread's connection sees).
+    pending = (
+        search_pool.submit(db.in_worker, _preamble, tenant, archive_layers, search_hot, policy)
+        if _embedder_to_run(tenant, query, ranks) is not None and not connection.in_atomic_block
+        else None
+    )
+    # The query is embedded first: on 2 cores the model's threads and concurrent searches would
+    # take the same cores (docs/decisions/0004).
+    vector, reason = query_vector(tenant, query, ranks=ranks)
+    if pending is not None:
+        policy, layers_version, stale = pending.result()
+    else:
+        policy, layers_version, stale = _preamble(tenant, archive_layers, search_hot, policy)
     weights = weights or tenant_weights(policy)
     k = max(weights.candidates, query.limit * 3)
     if layers_version is None:
@@ -152,13 +179,8 @@ def search(
     missed = _narrow(stale, query.scope.episode_ids)
     outage = False
     text = query.text if query.text.strip() else None
-    # The query is embedded first: on 2 cores the model's threads and concurrent searches would
-    # take the same cores (docs/decisions/0004).
-    reading = _vector_reading(tenant, query)
-    ranks = reading > 0
     if reading < 1:
         weights = replace(weights, vector=weights.vector * reading)
-    vector, reason = query_vector(tenant, query, ranks=ranks)
     degraded = bool(reason)
     ranking = vector if ranks else None  # ``vector`` still serves min_score
     tiers_of = functools.partial(

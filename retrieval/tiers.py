@@ -18,7 +18,10 @@ from memory_platform.tenancy.models import Tenant
 from .query import SearchQuery
 from .ranking import Fusion, Match, RetrievalWeights, fuse, interleaved
 
-_hot_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hot-search")
+#: The threads a search runs its parts on while its own thread does another (the packed tier's
+#: vector statement and the hot tier here; the preamble while the query is embedded, in
+#: ``services.search``).
+search_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hot-search")
 
 
 class Tiers:
@@ -68,8 +71,8 @@ class Tiers:
         # on another (on its own connection, outside a transaction), and full text in Postgres here.
         # The packed vector statement is the longest of the three: it goes first.
         apart = vector is not None and bool(self.archive_scopes) and not connection.in_atomic_block
-        pending = _hot_pool.submit(db.in_worker, self._candidates, vector) if apart else None
-        hot = _hot_pool.submit(self._hot, vector, text) if self.hot and self.archive_scopes else None
+        pending = search_pool.submit(db.in_worker, self._candidates, vector) if apart else None
+        hot = search_pool.submit(self._hot, vector, text) if self.hot and self.archive_scopes else None
         archive_text = [
             hit
             for scope in (self.archive_scopes if text is not None else [])

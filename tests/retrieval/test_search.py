@@ -327,3 +327,42 @@ def test_what_a_search_reads_first_is_one_statement_and_the_tenants_own(caller, 
     MemoryPolicy.objects.across_tenants("test").filter(tenant=caller.tenant).delete()
     assert _preamble(caller.tenant, ("warm", "cold"), True, None) == (policy, version, [stale.pk])
     assert MemoryPolicy.objects.across_tenants("test").filter(tenant=caller.tenant).exists()
+
+
+def test_the_preamble_is_read_on_another_connection_while_the_query_is_embedded(caller, corpus):
+    """With the model embedding the query, what a search reads first goes to a pool thread's own
+    connection; inside a transaction (whose rows only its connection sees) it stays on this one.
+    Both answer alike, and the stale hot episode the preamble names is found either way."""
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from retrieval.query import SearchQuery
+    from retrieval.services import search as search_service
+
+    pack(corpus["trip"], "warm")
+    Episode.objects.across_tenants("test").filter(public_id=corpus["cooking"]).update(needs_reindex=True)
+    here: list[str] = []
+
+    def count(execute, sql, params, many, context):
+        here.append(sql)
+        return execute(sql, params, many, context)
+
+    def answer() -> tuple[list[tuple[int, str]], bool]:
+        query = SearchQuery(text="Lisbon conference flight sourdough starter", limit=5, record_access=False)
+        result = search_service(tenant=caller.tenant, query=query, now=timezone.now())
+        return [(h.episode.pk, h.episode.layer) for h in result.hits], result.stale
+
+    def preamble_here() -> bool:
+        return any("lifecycle_memorypolicy" in sql for sql in here)
+
+    with connection.execute_wrapper(count):
+        apart = answer()
+    assert here and not preamble_here()  # ranking's statements, not the preamble's
+    here.clear()
+    with transaction.atomic(), connection.execute_wrapper(count):
+        inline = answer()
+    assert preamble_here()
+    assert apart == inline
+    hits, stale = apart
+    assert pk(corpus["trip"]) in [e for e, _ in hits] and pk(corpus["cooking"]) in [e for e, _ in hits]
+    assert stale  # the hot episode the index missed, searched in Postgres meanwhile
