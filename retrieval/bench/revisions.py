@@ -1,10 +1,12 @@
-"""`bench search --against REV`: this tree's search and another revision's, over HTTP, query by query.
+"""`bench search --against REV`: this tree's search and another revision's, query by query: the
+service in a process of each, and over HTTP through a web server of each.
 
 Whether a change made search slower cannot be told from two runs of `bench search`: on these shared
 machines the same path's p95 moves by more between two runs a quarter of an hour apart than most
-changes move it. Here two web servers answer at once on the same tenant, one running this tree's
+changes move it. Here two processes search at once on the same tenant, one running this tree's
 code and one running REV's (checked out into a temporary worktree), and each query is asked of
-both in turn, in alternating order, so both sets of timings share every moment's load. Besides
+both in turn, in alternating order, so both sets of timings share every moment's load: two
+searchers timing the service's ``search`` inside themselves, then two web servers timed from here. Besides
 each one's percentiles, the paired difference: the median of (this tree - REV) over the queries,
 with a bootstrap 95% interval; an interval that holds 0 says the two cannot be told apart.
 
@@ -16,15 +18,19 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import shutil
 import subprocess
+import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from django.conf import settings
+
+from memory_platform.tenancy.models import Tenant
 
 #: Resamples of the bootstrap interval of the paired median.
 RESAMPLES = 2000
@@ -91,11 +97,80 @@ class Asker:
         self.conn.close()
 
 
+#: What a ``Searcher`` runs, in REV's checkout (its working directory, first on its path): only
+#: what every revision since the service took ``SearchQuery`` has, so that older ones run it too.
+#: One query a line in, its time and its hits a line out; accesses are not recorded, so both
+#: revisions search the same state and their answers can be compared.
+_SEARCHER = """
+import json, sys, time
+import django
+django.setup()
+import numpy as np
+from django.utils import timezone
+from memory_platform.tenancy.models import Tenant
+from retrieval.query import SearchQuery
+from retrieval.services import search
+tenant = Tenant.objects.get(pk=sys.argv[1])
+print("ready", flush=True)
+for line in sys.stdin:
+    asked = json.loads(line)
+    vector = None if asked["vector"] is None else np.asarray(asked["vector"], dtype=np.float32)
+    query = SearchQuery(text=asked["text"], vector=vector, limit=10, record_access=False)
+    now = timezone.now()
+    started = time.perf_counter()
+    result = search(tenant=tenant, query=query, now=now)
+    took = (time.perf_counter() - started) * 1000
+    print(json.dumps({"ms": took, "hits": [h.episode.pk for h in result.hits]}), flush=True)
+"""
+
+
+class Searcher:
+    """A process running the service's ``search`` on the code under ``root``, timed inside it, one
+    query at a time (``_SEARCHER``)."""
+
+    def __init__(self, root: Path, tenant: Tenant, env: dict[str, str]):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SEARCHER, str(tenant.pk)],
+            cwd=root,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        if self.stdout.readline().strip() != "ready":
+            self.close()
+            raise RuntimeError(f"the searcher on {root} did not start")
+        self.hits: list[list[int]] = []
+
+    def search(self, text: str, vector: list[float], with_vector: bool) -> float:
+        self.stdin.write(json.dumps({"text": text, "vector": vector if with_vector else None}) + "\n")
+        self.stdin.flush()
+        line = self.stdout.readline()
+        if not line:
+            raise RuntimeError("the searcher stopped")
+        answer = json.loads(line)
+        self.hits.append(answer["hits"])
+        return float(answer["ms"])
+
+    def close(self) -> None:
+        self.stdin.close()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class _Asks(Protocol):
+    def search(self, text: str, vector: list[float], with_vector: bool) -> float: ...
+
+
 def compare(
-    askers: dict[str, Asker], queries: list[tuple[str, list[float]]]
+    askers: Mapping[str, _Asks], queries: list[tuple[str, list[float]]]
 ) -> dict[str, dict[bool, list[float]]]:
-    """Per server, its HTTP times with and without the caller's vector, each query asked of both in
-    turn (this tree first for even queries, the other first for odd ones)."""
+    """Per server or searcher, its times with and without the caller's vector, each query asked of
+    both in turn (this tree first for even queries, the other first for odd ones)."""
     names = list(askers)
     times: dict[str, dict[bool, list[float]]] = {name: {True: [], False: []} for name in names}
     for with_vector in (True, False):
@@ -119,11 +194,14 @@ def rows(
     short: str,
     times: dict[str, dict[bool, list[float]]],
     percentiles: Callable[[list[float]], dict[str, float]],
+    kind: str,
+    same: tuple[int, int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Per path, a row for REV and one for this tree, with this tree's p95 over REV's and the
-    paired median difference."""
+    """Per path (``kind``: "service" or "HTTP"), a row for REV and one for this tree, with this
+    tree's p95 over REV's, the paired median difference and, for the searchers, how many queries
+    both answered alike (``same``: of how many)."""
     out = []
-    for with_vector, path in ((True, "HTTP, caller vector"), (False, "HTTP, local embedding")):
+    for with_vector, path in ((True, f"{kind}, caller vector"), (False, f"{kind}, local embedding")):
         this, other = times["this"][with_vector], times["other"][with_vector]
         base, mine = percentiles(other), percentiles(this)
         median, low, high = paired(this, other)
@@ -137,6 +215,12 @@ def rows(
                 "p95_over_against": round(mine["p95"] / base["p95"], 2) if base["p95"] else None,
                 "paired_median_diff_ms": median,
                 "paired_diff_ci95_ms": [low, high],
+                **({"same_answers": list(same)} if same is not None else {}),
             }
         )
     return out
+
+
+def same_answers(this: Searcher, other: Searcher) -> tuple[int, int]:
+    """Of the queries both searchers answered, how many got the same episodes in the same order."""
+    return sum(a == b for a, b in zip(this.hits, other.hits, strict=True)), len(this.hits)

@@ -239,20 +239,27 @@ def _database_url() -> str:
     return f"postgres://{quote(params['USER'], safe='')}@{quote(params['HOST'], safe='')}/{name}"
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a process this benchmark starts: this process's settings, data
+    directory, database and Redis (under the tests, the test database)."""
+    env = dict(os.environ)
+    env.setdefault("SECRET_KEY", settings.SECRET_KEY)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "memory_platform.settings")
+    env["MEMORY_VAR_DIR"] = str(settings.VAR_DIR)
+    env["DATABASE_URL"] = _database_url()
+    env["REDIS_URL"] = settings.REDIS_URL
+    # One client asks as fast as it is answered: the limits are counted as always, never reached.
+    env["MEMORY_RATE_LIMIT"] = env["MEMORY_TENANT_RATE_LIMIT"] = "1000000/s"
+    return env
+
+
 class Server:
     """gunicorn on a free loopback port, with this process's settings and data directory, serving
     the code under ``root`` (this tree's by default; another revision's checkout for ``--against``)."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.port = free_port()
-        env = dict(os.environ)
-        env.setdefault("SECRET_KEY", settings.SECRET_KEY)
-        env["MEMORY_VAR_DIR"] = str(settings.VAR_DIR)
-        # The servers and database this process uses (under the tests, the test database).
-        env["DATABASE_URL"] = _database_url()
-        env["REDIS_URL"] = settings.REDIS_URL
-        # One client asks as fast as it is answered: the limits are counted as always, never reached.
-        env["MEMORY_RATE_LIMIT"] = env["MEMORY_TENANT_RATE_LIMIT"] = "1000000/s"
+        env = child_env()
         root = root or Path(settings.BASE_DIR)
         self.proc = subprocess.Popen(
             [
@@ -478,6 +485,21 @@ def _run(
                         {"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)}
                     )
             if against is not None:
+                log(f"  measuring the service on this tree and on {against[1]}, query by query")
+                searchers = {
+                    "this": revisions.Searcher(Path(settings.BASE_DIR), tenant, child_env()),
+                    "other": revisions.Searcher(against[0], tenant, child_env()),
+                }
+                try:
+                    revisions.compare(searchers, warm)  # the model loaded, the connections made
+                    paired_service = revisions.compare(searchers, qs)
+                    same = revisions.same_answers(searchers["this"], searchers["other"])
+                finally:
+                    for searcher in searchers.values():
+                        searcher.close()
+                results.extend(
+                    revisions.rows(size, against[1], paired_service, _percentiles, "service", same)
+                )
                 log(f"  measuring HTTP on this tree and on {against[1]}, query by query")
                 askers = {
                     "this": revisions.Asker(server.port, secret),
@@ -489,7 +511,7 @@ def _run(
                 finally:
                     for asker in askers.values():
                         asker.close()
-                results.extend(revisions.rows(size, against[1], paired, _percentiles))
+                results.extend(revisions.rows(size, against[1], paired, _percentiles, "HTTP"))
             if compare_redis:
                 log(f"  measuring the service on the default Redis and on {deployments.kind(compare_redis)}")
                 times_on = deployments.compare(tenant, qs, compare_redis, log)
@@ -524,6 +546,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         if "paired_median_diff_ms" in r:
             low, high = r["paired_diff_ci95_ms"]
             shown = f"{r['p95_over_against']}x; paired {r['paired_median_diff_ms']:+} ms [{low:+}, {high:+}]"
+            if "same_answers" in r:
+                shown += "; same answers {}/{}".format(*r["same_answers"])
         lines.append(
             f"{r['episodes']:>9}  {r['path']:<{width}}{r['queries']:>8}{r['p50']:>9}{r['p95']:>9}{r['p99']:>9}"
             f" {shown:>14}"

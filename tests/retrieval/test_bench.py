@@ -276,9 +276,9 @@ def test_bench_tick_interrupted_while_loading_drops_its_tenant():
 
 
 def test_bench_search_against_a_revision_asks_both_servers_every_query_and_removes_its_checkout(monkeypatch):
-    """`--against REV`: REV's code served from a temporary worktree beside this tree's, every query
-    asked of both; the paired difference is the median of the per-query differences, inside its
-    interval; the worktree is gone after."""
+    """`--against REV`: REV's code run from a temporary worktree beside this tree's (a searcher
+    process and a web server of each), every query asked of both; the paired difference is the
+    median of the per-query differences, inside its interval; the worktree is gone after."""
     monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "memory_platform.settings")
     root = Path(settings.BASE_DIR)
     before = subprocess.run(
@@ -293,12 +293,16 @@ def test_bench_search_against_a_revision_asks_both_servers_every_query_and_remov
     short = subprocess.run(
         ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
-    for path in ("HTTP, caller vector", "HTTP, local embedding"):
-        other, this = rows[f"{path} [{short}]"], rows[f"{path} [this tree]"]
-        assert other["queries"] == this["queries"] == 10
-        assert this["p95_over_against"] == round(this["p95"] / other["p95"], 2)
-        low, high = this["paired_diff_ci95_ms"]
-        assert low <= this["paired_median_diff_ms"] <= high
+    for kind in ("service", "HTTP"):
+        for path in (f"{kind}, caller vector", f"{kind}, local embedding"):
+            other, this = rows[f"{path} [{short}]"], rows[f"{path} [this tree]"]
+            assert other["queries"] == this["queries"] == 10
+            assert this["p95_over_against"] == round(this["p95"] / other["p95"], 2)
+            low, high = this["paired_diff_ci95_ms"]
+            assert low <= this["paired_median_diff_ms"] <= high
+    # The same code on both sides, and no access recorded meanwhile: the same answers, warm-up
+    # (20 queries) included, both paths.
+    assert rows["service, caller vector [this tree]"]["same_answers"] == [60, 60]
     after = subprocess.run(
         ["git", "-C", str(root), "worktree", "list"], capture_output=True, text=True
     ).stdout
