@@ -44,7 +44,7 @@ def check_value(value: Any, max_depth: int) -> None:
             if isinstance(item, dict):
                 for key, child in item.items():
                     if "\x00" in key or _SURROGATE.search(key):
-                        _check_text(key, ("a key in", place))
+                        _check_text(key, place, of_key=True)
                     stack.append((child, depth + 1, (place, key)))
             elif item and all(child.__class__ is float for child in item):
                 # Decimals only (a vector): nothing in it nests or holds text.
@@ -55,8 +55,7 @@ def check_value(value: Any, max_depth: int) -> None:
                 stack.extend((child, depth + 1, (place, i)) for i, child in enumerate(item))
 
 
-#: Where a value sits: None for the body, else its parent's place and its key or index (a key
-#: itself is placed as ``("a key in", place)``).
+#: Where a value sits: None for the body, else its parent's place and its key or index.
 _Place = tuple[Any, str | int] | None
 
 
@@ -71,19 +70,20 @@ def _path(place: _Place) -> str:
     return path
 
 
-def _at(place: _Place) -> str:
-    if place is not None and place[0] == "a key in":
-        return f"a key in {_path(place[1]) or 'the body'}: "
+def _at(place: _Place, *, of_key: bool = False) -> str:
+    """The message's start: where the value is, or (``of_key``) the object a key is in."""
     path = _path(place)
+    if of_key:
+        return f"a key in {path or 'the body'}: "
     return f"{path}: " if path else ""
 
 
-def _check_text(text: str, place: _Place) -> None:
+def _check_text(text: str, place: _Place, *, of_key: bool = False) -> None:
     if "\x00" in text:
-        raise ParseError(f"{_at(place)}text must not contain the NUL character (\\u0000)")
+        raise ParseError(f"{_at(place, of_key=of_key)}text must not contain the NUL character (\\u0000)")
     if _SURROGATE.search(text):
         raise ParseError(
-            f"{_at(place)}text must not contain half of a UTF-16 surrogate pair (\\ud800-\\udfff)"
+            f"{_at(place, of_key=of_key)}text must not contain half of a UTF-16 surrogate pair (\\ud800-\\udfff)"
         )
 
 
