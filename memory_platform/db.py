@@ -117,6 +117,11 @@ def in_worker(fn: Callable[..., T], *args: Any) -> T:
     grew old (request threads get this from Django at every request boundary), and remembered
     so ``close_worker_connections`` can close it."""
     close_old_connections()
+    raw = connection.connection
+    if raw is not None and raw.closed:
+        # Closed from another thread (``close_worker_connections``, after a bulk load): this
+        # thread's next statement opens a new one.
+        connection.close()
     try:
         return fn(*args)
     finally:
