@@ -82,7 +82,8 @@ def cmd_search(args: argparse.Namespace) -> dict:
 
     from memory_platform.embeddings import get_embedder
     from memory_platform.tenancy.services import api_key_create
-    from retrieval.bench.search import Server, measure_http, measure_service
+    from retrieval.bench.search import measure_service
+    from retrieval.bench.server import Server, measure_http
     from rights.deletion import drop_tenant
 
     sizes = [int(s) for s in args.sizes.split(",")]

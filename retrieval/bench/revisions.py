@@ -32,6 +32,11 @@ from django.conf import settings
 
 from memory_platform.tenancy.models import Tenant
 
+from .server import child_env, timed_search_request, wait_or_kill
+
+#: Query texts with their vectors, as `bench search` makes them.
+Queries = list[tuple[str, list[float]]]
+
 #: Resamples of the bootstrap interval of the paired median.
 RESAMPLES = 2000
 
@@ -84,8 +89,6 @@ class Asker:
         self.headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
 
     def search(self, text: str, vector: list[float], with_vector: bool) -> float:
-        from .search import timed_search_request
-
         try:
             return timed_search_request(self.conn, self.headers, text, vector, with_vector)
         except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
@@ -155,20 +158,15 @@ class Searcher:
         return float(answer["ms"])
 
     def close(self) -> None:
-        self.stdin.close()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        self.stdin.close()  # its loop ends
+        wait_or_kill(self.proc)
 
 
 class _Asks(Protocol):
     def search(self, text: str, vector: list[float], with_vector: bool) -> float: ...
 
 
-def compare(
-    askers: Mapping[str, _Asks], queries: list[tuple[str, list[float]]]
-) -> dict[str, dict[bool, list[float]]]:
+def compare(askers: Mapping[str, _Asks], queries: Queries) -> dict[str, dict[bool, list[float]]]:
     """Per server or searcher, its times with and without the caller's vector, each query asked of
     both in turn (this tree first for even queries, the other first for odd ones)."""
     names = list(askers)
@@ -224,3 +222,44 @@ def rows(
 def same_answers(this: Searcher, other: Searcher) -> tuple[int, int]:
     """Of the queries both searchers answered, how many got the same episodes in the same order."""
     return sum(a == b for a, b in zip(this.hits, other.hits, strict=True)), len(this.hits)
+
+
+def measure(
+    size: int,
+    tenant: Tenant,
+    secret: str,
+    warm: Queries,
+    queries: Queries,
+    against: tuple[Path, str],
+    ports: tuple[int, int],
+    percentiles: Callable[[list[float]], dict[str, float]],
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """The rows of ``--against`` for one tenant: the service, a searcher on each code, then HTTP,
+    this tree's server and REV's (``ports``: this tree's first), each warmed up on ``warm`` first
+    (the model loaded, the connections made) and timed on ``queries``."""
+    where, short = against
+    log(f"  measuring the service on this tree and on {short}, query by query")
+    searchers = {
+        "this": Searcher(Path(settings.BASE_DIR), tenant, child_env()),
+        "other": Searcher(where, tenant, child_env()),
+    }
+    try:
+        compare(searchers, warm)
+        service = compare(searchers, queries)
+        same = same_answers(searchers["this"], searchers["other"])
+    finally:
+        for searcher in searchers.values():
+            searcher.close()
+    log(f"  measuring HTTP on this tree and on {short}, query by query")
+    askers = {"this": Asker(ports[0], secret), "other": Asker(ports[1], secret)}
+    try:
+        compare(askers, warm)
+        over_http = compare(askers, queries)
+    finally:
+        for asker in askers.values():
+            asker.close()
+    return [
+        *rows(size, short, service, percentiles, "service", same),
+        *rows(size, short, over_http, percentiles, "HTTP"),
+    ]

@@ -9,12 +9,6 @@ runs against a gunicorn started for the run on a free loopback port.
 from __future__ import annotations
 
 import contextlib
-import http.client
-import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter, deque
@@ -23,10 +17,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
 
 import numpy as np
-from django.conf import settings
 from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
@@ -37,7 +29,6 @@ from episodes.stores.bulk_copy import copy_rows
 from episodes.stores.hot import hot_store
 from episodes.stores.tables import EPISODES, TURNS
 from memory_platform import db
-from memory_platform.embedded.redis import free_port
 from memory_platform.embeddings import get_embedder
 from memory_platform.redis_client import get_redis
 from memory_platform.tenancy.models import Tenant
@@ -48,6 +39,7 @@ from rights.deletion import drop_tenant
 
 from . import deployments, revisions
 from .floor import measure_floor
+from .server import Server, measure_http
 from .text import sentence
 
 BATCH = 2000
@@ -218,123 +210,6 @@ def measure_service(tenant: Tenant, queries: list[tuple[str, list[float]]], with
     return times
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the benchmark process dies, however it dies (Linux)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def _database_url() -> str:
-    """This process's database as a URL: the configured one with the database name in use, or
-    the embedded server's socket."""
-    params = connection.settings_dict
-    name = quote(params["NAME"], safe="")
-    configured = os.environ.get("DATABASE_URL")
-    if configured:
-        return urlunsplit(urlsplit(configured)._replace(path=f"/{name}"))
-    return f"postgres://{quote(params['USER'], safe='')}@{quote(params['HOST'], safe='')}/{name}"
-
-
-def child_env() -> dict[str, str]:
-    """The environment of a process this benchmark starts: this process's settings, data
-    directory, database and Redis (under the tests, the test database)."""
-    env = dict(os.environ)
-    env.setdefault("SECRET_KEY", settings.SECRET_KEY)
-    env.setdefault("DJANGO_SETTINGS_MODULE", "memory_platform.settings")
-    env["MEMORY_VAR_DIR"] = str(settings.VAR_DIR)
-    env["DATABASE_URL"] = _database_url()
-    env["REDIS_URL"] = settings.REDIS_URL
-    # One client asks as fast as it is answered: the limits are counted as always, never reached.
-    env["MEMORY_RATE_LIMIT"] = env["MEMORY_TENANT_RATE_LIMIT"] = "1000000/s"
-    return env
-
-
-class Server:
-    """gunicorn on a free loopback port, with this process's settings and data directory, serving
-    the code under ``root`` (this tree's by default; another revision's checkout for ``--against``)."""
-
-    def __init__(self, root: Path | None = None) -> None:
-        self.port = free_port()
-        env = child_env()
-        root = root or Path(settings.BASE_DIR)
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "memory_platform.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                # As `make run` serves (gthread), one worker so the model loads once.
-                "--workers",
-                "1",
-                "--threads",
-                "4",
-                "--worker-class",
-                "gthread",
-                "--log-level",
-                "warning",
-            ],
-            cwd=root,
-            env=env,
-            preexec_fn=_die_with_parent,
-        )
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/healthz")
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                time.sleep(0.3)
-        self.stop()
-        raise RuntimeError("the benchmark web server did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
-def measure_http(
-    port: int, secret: str, queries: list[tuple[str, list[float]]], with_vector: bool
-) -> list[float]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
-    times = [timed_search_request(conn, headers, text, vector, with_vector) for text, vector in queries]
-    conn.close()
-    return times
-
-
-def timed_search_request(
-    conn: http.client.HTTPConnection,
-    headers: dict[str, str],
-    text: str,
-    vector: list[float],
-    with_vector: bool,
-) -> float:
-    """One ``POST /search`` on ``conn``, timed from the request's first byte to the answer's last, ms."""
-    body: dict[str, Any] = {"query": text, "limit": 10}
-    if with_vector:
-        body["vector"] = vector
-    payload = json.dumps(body)
-    started = time.perf_counter()
-    conn.request("POST", "/api/v1/search", body=payload, headers=headers)
-    response = conn.getresponse()
-    response.read()
-    took = (time.perf_counter() - started) * 1000
-    if response.status != 200:
-        raise RuntimeError(f"search answered {response.status}")
-    return took
-
-
 def reuse_tenant(size: int, log: Callable[[str], None]) -> tuple[Tenant, np.ndarray] | None:
     """A bench tenant of this size kept by an earlier `--keep` run, with its episode vectors, if it
     is still laid out as it was loaded. A scheduler's tick (`make run`'s worker ticks every
@@ -392,8 +267,8 @@ def run_search_bench(
     compare_redis: str | None = None,
     against: str | None = None,
 ) -> list[dict[str, Any]]:
-    """``against``: a git revision whose search is timed over HTTP beside this tree's, query by
-    query (``revisions``)."""
+    """``against``: a git revision whose search is timed beside this tree's, query by query, in the
+    service and over HTTP (``revisions``)."""
     with contextlib.ExitStack() as stack:
         other = stack.enter_context(revisions.checkout(against, log)) if against else None
         return _run(sizes, queries, seed, keep, log, reuse, compare_redis, other)
@@ -485,33 +360,10 @@ def _run(
                         {"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)}
                     )
             if against is not None:
-                log(f"  measuring the service on this tree and on {against[1]}, query by query")
-                searchers = {
-                    "this": revisions.Searcher(Path(settings.BASE_DIR), tenant, child_env()),
-                    "other": revisions.Searcher(against[0], tenant, child_env()),
-                }
-                try:
-                    revisions.compare(searchers, warm)  # the model loaded, the connections made
-                    paired_service = revisions.compare(searchers, qs)
-                    same = revisions.same_answers(searchers["this"], searchers["other"])
-                finally:
-                    for searcher in searchers.values():
-                        searcher.close()
+                ports = (server.port, servers[1].port)
                 results.extend(
-                    revisions.rows(size, against[1], paired_service, _percentiles, "service", same)
+                    revisions.measure(size, tenant, secret, warm, qs, against, ports, _percentiles, log)
                 )
-                log(f"  measuring HTTP on this tree and on {against[1]}, query by query")
-                askers = {
-                    "this": revisions.Asker(server.port, secret),
-                    "other": revisions.Asker(servers[1].port, secret),
-                }
-                try:
-                    revisions.compare(askers, warm)  # each server's first requests: not measured
-                    paired = revisions.compare(askers, qs)
-                finally:
-                    for asker in askers.values():
-                        asker.close()
-                results.extend(revisions.rows(size, against[1], paired, _percentiles, "HTTP"))
             if compare_redis:
                 log(f"  measuring the service on the default Redis and on {deployments.kind(compare_redis)}")
                 times_on = deployments.compare(tenant, qs, compare_redis, log)
