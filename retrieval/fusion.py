@@ -27,12 +27,12 @@ def weighted_rrf(
     fused: dict[Hashable, Fused] = {}
     for name, keys in rankings.items():
         weight = float(weights.get(name, 0.0))
-        seen: set[Hashable] = set()
         for rank, key in enumerate(keys, start=1):
-            if key in seen:
+            item = fused.get(key)
+            if item is None:
+                item = fused[key] = Fused(key, 0.0, {}, {})
+            elif name in item.ranks:
                 continue  # a list ranks a key once, at its best position
-            seen.add(key)
-            item = fused.setdefault(key, Fused(key=key, score=0.0))
             contribution = weight / (k + rank)
             item.score += contribution
             item.ranks[name] = rank
