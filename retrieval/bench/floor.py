@@ -12,11 +12,13 @@ For each measured query, in the same run as the platform's own figures:
 
 The floor of a query is the slower of the two stores (the platform may ask both at once), plus the
 embedding where the platform embeds. What the platform adds above it (Python, the ranking, the
-shapes, the priority, JSON, HTTP) is its p95 divided by the floor's.
+shapes, the priority, JSON, HTTP) is its p95 divided by the floor's. Then each part runs again
+over every query, to read what it costs the processes (``cpu``).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +34,8 @@ from memory_platform.conf import memory_settings
 from memory_platform.embeddings import get_embedder
 from memory_platform.redis_client import get_redis, on_owner_of
 from memory_platform.tenancy.models import Tenant
+
+from . import cpu
 
 _PACKED = (
     f"FROM {TURNS} t JOIN {EPISODES} e ON e.id = t.episode_id "
@@ -55,6 +59,8 @@ class Floor:
     embedding: list[float] = field(default_factory=list)
     hot: list[float] = field(default_factory=list)
     packed: list[float] = field(default_factory=list)
+    #: Processor time per query of each part, by process (``cpu.per_call``).
+    cpu: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     def stores(self) -> list[float]:
         """Per query, the slower of the two stores (Redis alone for a tenant with nothing packed,
@@ -71,6 +77,11 @@ def _timed(call: Callable[[], object]) -> float:
     started = time.perf_counter()
     call()
     return (time.perf_counter() - started) * 1000
+
+
+def _run_each(calls: Sequence[Callable[[], object]]) -> None:
+    for call in calls:
+        call()
 
 
 def _hot_query(index: str, vector: np.ndarray, words: Sequence[str], k: int) -> Callable[[], object]:
@@ -93,6 +104,10 @@ def _hot_query(index: str, vector: np.ndarray, words: Sequence[str], k: int) -> 
     return run
 
 
+def _packed_args(tenant: Tenant, vector: list[float], lexemes: str, k: int, cap: int) -> list[object]:
+    return [tenant.pk, tenant.pk, db.Vector(vector), k, tenant.pk, tenant.pk, lexemes, cap, lexemes, k]
+
+
 def measure_floor(tenant: Tenant, queries: list[tuple[str, list[float]]]) -> Floor:
     """Each part of each query, timed alone (the same queries the platform is timed on)."""
     k = int(memory_settings.SEARCH_CANDIDATES)
@@ -104,11 +119,21 @@ def measure_floor(tenant: Tenant, queries: list[tuple[str, list[float]]]) -> Flo
     # A tenant with nothing packed is never searched in Postgres (``archive.layers_version_if_any``).
     statement = _STATEMENT.format(exact="+ 0" if exact else "") if archive.packed_turns(tenant) else None
     floor = Floor()
-    for text, vector in queries:
-        floor.embedding.append(_timed(lambda: embedder.embed_one(text)))  # noqa: B023 - called at once
-        floor.hot.append(_timed(_hot_query(index, np.asarray(vector), query_terms(text).words, k)))
-        lexemes = query_text(text)
-        args = [tenant.pk, tenant.pk, db.Vector(vector), k, tenant.pk, tenant.pk, lexemes, cap, lexemes, k]
-        if statement:
-            floor.packed.append(_timed(lambda: db.fetch(statement, args)))  # noqa: B023 - called at once
+    hot = [_hot_query(index, np.asarray(vector), query_terms(text).words, k) for text, vector in queries]
+    calls: dict[str, list[Callable[[], object]]] = {
+        "embedding": [functools.partial(embedder.embed_one, text) for text, _ in queries],
+        "hot": hot,
+    }
+    if statement:
+        calls["packed"] = [
+            functools.partial(db.fetch, statement, _packed_args(tenant, vector, query_text(text), k, cap))
+            for text, vector in queries
+        ]
+    # Timed query by query, each part right after the other as a search would need them; then each
+    # part again over every query, for what it costs the processes.
+    for i in range(len(queries)):
+        for name, each in calls.items():
+            getattr(floor, name).append(_timed(each[i]))
+    for name, each in calls.items():
+        _, floor.cpu[name] = cpu.measured(len(each), _run_each, each)
     return floor

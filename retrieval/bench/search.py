@@ -37,7 +37,7 @@ from retrieval.query import SearchQuery
 from retrieval.services import record_access, search
 from rights.deletion import drop_tenant
 
-from . import deployments, revisions
+from . import cpu, deployments, revisions
 from .floor import measure_floor
 from .server import Server, measure_http
 from .text import sentence
@@ -323,16 +323,21 @@ def _run(
                 ("HTTP, local embedding", True, False),
             ):
                 log(f"  measuring {label}")
-                times = (
-                    measure_http(server.port, secret, qs, with_vector)
-                    if over_http
-                    else measure_service(tenant, qs, with_vector)
-                )
-                measured.append((label, with_vector, _percentiles(times)))
+                spent = None
+                if over_http:
+                    times = measure_http(server.port, secret, qs, with_vector)
+                else:
+                    # The service runs in this process: what its searches cost every process.
+                    times, spent = cpu.measured(len(qs), measure_service, tenant, qs, with_vector)
+                measured.append((label, with_vector, _percentiles(times), spent))
             log("  measuring the floor: the embedding, Redis and Postgres alone")
             floor = measure_floor(tenant, qs)
             floors = {True: _percentiles(floor.stores()), False: _percentiles(floor.with_embedding())}
-            for label, with_vector, figures in measured:
+            floor_cpu = {
+                True: cpu.summed([spent for name, spent in floor.cpu.items() if name != "embedding"]),
+                False: cpu.summed(list(floor.cpu.values())),
+            }
+            for label, with_vector, figures, spent in measured:
                 ratio = (
                     round(figures["p95"] / floors[with_vector]["p95"], 2)
                     if floors[with_vector]["p95"]
@@ -347,18 +352,22 @@ def _run(
                     "floor_p95_ms": floors[with_vector]["p95"],
                     "ratio_to_floor": ratio,
                 }
+                if spent is not None:
+                    row.update(cpu.compared(spent, floor_cpu[with_vector]))
                 results.append(row)
-            for label, times in (
-                ("floor: embedding", floor.embedding),
-                ("floor: hot (Redis)", floor.hot),
-                ("floor: packed (Postgres)", floor.packed),
-                ("floor: slower store", floor.stores()),
-                ("floor: + embedding", floor.with_embedding()),
+            for label, times, spent in (
+                ("floor: embedding", floor.embedding, floor.cpu.get("embedding")),
+                ("floor: hot (Redis)", floor.hot, floor.cpu.get("hot")),
+                ("floor: packed (Postgres)", floor.packed, floor.cpu.get("packed")),
+                ("floor: slower store", floor.stores(), None),
+                ("floor: + embedding", floor.with_embedding(), None),
             ):
                 if times:  # nothing packed: no Postgres statement to time
-                    results.append(
-                        {"episodes": size, "path": label, "queries": len(qs), **_percentiles(times)}
-                    )
+                    part: dict[str, Any] = {"episodes": size, "path": label, "queries": len(qs)}
+                    part.update(_percentiles(times))
+                    if spent is not None:
+                        part["cpu_ms"] = spent
+                    results.append(part)
             if against is not None:
                 ports = (server.port, servers[1].port)
                 results.extend(
@@ -384,11 +393,12 @@ def _run(
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The platform's paths with their p95 over the floor's (the slower store, plus the embedding
-    where the platform embeds), then the floor's parts."""
+    where the platform embeds), then the floor's parts; where it was read, the processor time of
+    every process per search, and the service's over the floor's parts summed."""
     width = max(26, *(len(r["path"]) + 1 for r in rows))
     head = (
         f"{'episodes':>9}  {'path':<{width}}{'queries':>8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"
-        f"{'p95/floor':>15}"
+        f"{'p95/floor':>15}{'cpu ms':>9}{'cpu/floor':>11}"
     )
     lines = [head]
     for r in rows:
@@ -400,8 +410,11 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             shown = f"{r['p95_over_against']}x; paired {r['paired_median_diff_ms']:+} ms [{low:+}, {high:+}]"
             if "same_answers" in r:
                 shown += "; same answers {}/{}".format(*r["same_answers"])
+        spent = (r.get("cpu_ms") or {}).get("total")
+        cpu_ratio = r.get("cpu_ratio_to_floor")
         lines.append(
             f"{r['episodes']:>9}  {r['path']:<{width}}{r['queries']:>8}{r['p50']:>9}{r['p95']:>9}{r['p99']:>9}"
-            f" {shown:>14}"
+            f" {shown:>14}{spent if spent is not None else '':>9}"
+            f"{f'{cpu_ratio}x' if cpu_ratio is not None else '':>11}"
         )
     return "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -53,6 +54,25 @@ def test_bench_search_measures_every_path_and_leaves_nothing_behind(monkeypatch)
         assert row["ratio_to_floor"] == round(row["p95"] / by_path[floor]["p95"], 2)
     assert by_path["floor: + embedding"]["p50"] > by_path["floor: slower store"]["p50"]
     assert by_path["floor: slower store"]["p95"] == by_path["floor: hot (Redis)"]["p95"]
+    # What a search costs every process, beside what the floor's parts cost them: the service runs
+    # in this process, the embedded Postgres and Redis are read from theirs.
+    for part in ("floor: embedding", "floor: hot (Redis)"):
+        assert by_path[part]["cpu_ms"]["python"] > 0 and by_path[part]["cpu_ms"]["total"] > 0
+    assert by_path["floor: hot (Redis)"]["cpu_ms"]["redis"] > 0
+    assert by_path["floor: embedding"]["cpu_ms"]["python"] > by_path["floor: hot (Redis)"]["cpu_ms"]["python"]
+    for path, parts in (
+        ("service, caller vector", ["floor: hot (Redis)"]),
+        ("service, local embedding", ["floor: embedding", "floor: hot (Redis)"]),
+    ):
+        row = by_path[path]
+        spent = row["cpu_ms"]
+        assert spent["python"] > 0 and spent["redis"] > 0 and spent["postgres"] > 0  # its policy, its ranking
+        assert spent["total"] == pytest.approx(spent["python"] + spent["postgres"] + spent["redis"], abs=0.02)
+        floor_total = sum(by_path[part]["cpu_ms"]["total"] for part in parts)
+        assert row["floor_cpu_ms"]["total"] == pytest.approx(floor_total, abs=0.02)
+        assert row["cpu_ratio_to_floor"] == round(spent["total"] / row["floor_cpu_ms"]["total"], 2)
+        assert row["cpu_bound_ms"] == round(spent["total"] / len(os.sched_getaffinity(0)), 2)
+    assert "cpu_ms" not in by_path["HTTP, caller vector"]  # another process serves it
     assert Tenant.objects.count() == tenants  # the loaded tenant is dropped
 
 
