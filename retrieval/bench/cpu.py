@@ -1,6 +1,7 @@
-"""The processor time a measured loop costs, by process: this one (the platform's Python, with the
-model's threads when it embeds), the embedded Postgres (the postmaster and its backends) and the
-embedded Redis; for `bench search` (docs/benchmarks.md#processor-time).
+"""The processor time a measured loop costs, by process: the platform's Python (this process, with
+the model's threads when it embeds, or the web server the HTTP paths ask), the embedded Postgres
+(the postmaster and its backends) and the embedded Redis; for `bench search`
+(docs/benchmarks.md#processor-time).
 
 Latency alone hides what a search costs the machine: the platform asks Redis and Postgres at once,
 so its wall time can sit below the sum of its parts, and every part waits for a core when they are
@@ -54,9 +55,10 @@ def _seconds(process: psutil.Process) -> float:
 
 
 def _tree_seconds(pid: int | None) -> float | None:
-    """The process and its children: Postgres serves each connection in a backend of its own. A
-    backend that ends between two readings takes its time with it, so the bench's connections,
-    which stay open, are what this counts."""
+    """The process and its children, those running and those that ended: Postgres serves each
+    connection in a backend of its own, and a web server's connection that has reached its age
+    (``CONN_MAX_AGE``) ends with its backend, whose time the postmaster then counts among its
+    ended children's (in clock ticks)."""
     if pid is None:
         return None
     try:
@@ -67,9 +69,10 @@ def _tree_seconds(pid: int | None) -> float | None:
     total = 0.0
     for process in processes:
         try:
-            total += _seconds(process)
+            times = process.cpu_times()
+            total += _seconds(process) + times.children_user + times.children_system
         except psutil.Error:
-            continue  # ended meanwhile
+            continue  # ended meanwhile: its parent counts it from now on
     return total
 
 
@@ -79,10 +82,16 @@ def _embedded_pid(server: Any) -> int | None:
     return server.status().pid  # type: ignore[no-any-return]
 
 
-def read() -> Reading:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+def read(platform: int | None = None) -> Reading:
+    """``platform``: the process (with its children) that runs the platform's Python, when not this
+    one (the web server of the HTTP paths)."""
+    if platform is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        python = usage.ru_utime + usage.ru_stime
+    else:
+        python = _tree_seconds(platform) or 0.0
     return Reading(
-        python=usage.ru_utime + usage.ru_stime,
+        python=python,
         postgres=_tree_seconds(_embedded_pid(settings.EMBEDDED_POSTGRES)),
         redis=_tree_seconds(_embedded_pid(settings.EMBEDDED_REDIS)),
     )
@@ -99,12 +108,14 @@ def per_call(before: Reading, after: Reading, calls: int) -> dict[str, float | N
     return spent
 
 
-def measured(calls: int, run: Callable[..., T], *args: Any) -> tuple[T, dict[str, float | None]]:
+def measured(
+    calls: int, run: Callable[..., T], *args: Any, platform: int | None = None
+) -> tuple[T, dict[str, float | None]]:
     """``run(*args)`` (a loop of ``calls`` calls): what it returned, and what it cost per call
-    (``per_call``)."""
-    before = read()
+    (``per_call``); ``platform`` as ``read`` takes it."""
+    before = read(platform)
     result = run(*args)
-    return result, per_call(before, read(), calls)
+    return result, per_call(before, read(platform), calls)
 
 
 def summed(parts: list[dict[str, float | None]]) -> dict[str, float | None]:
