@@ -21,7 +21,7 @@ from .ranking import Fusion, Match, RetrievalWeights, fuse, interleaved
 #: The threads a search runs its parts on while its own thread does another (the packed tier's
 #: vector statement and the hot tier here; the preamble while the query is embedded, in
 #: ``services.search``).
-search_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hot-search")
+search_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="search")
 
 
 class Tiers:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
-from django.conf import settings
+
+from .processes import embedded_pid, tree
 
 PARTS = ("python", "postgres", "redis")
 T = TypeVar("T")
@@ -32,7 +33,7 @@ T = TypeVar("T")
 class Reading:
     """Processor seconds (user and system) spent so far, by process; None where it cannot be read."""
 
-    python: float
+    python: float | None
     postgres: float | None
     redis: float | None
 
@@ -55,16 +56,11 @@ def _seconds(process: psutil.Process) -> float:
 
 
 def _tree_seconds(pid: int | None) -> float | None:
-    """The process and its children, those running and those that ended: Postgres serves each
-    connection in a backend of its own, and a web server's connection that has reached its age
-    (``CONN_MAX_AGE``) ends with its backend, whose time the postmaster then counts among its
-    ended children's (in clock ticks)."""
-    if pid is None:
-        return None
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.Error:
+    """The process and its children, those running and those that ended: a web server's connection
+    that has reached its age (``CONN_MAX_AGE``) ends with its Postgres backend, whose time the
+    postmaster then counts among its ended children's (in clock ticks)."""
+    processes = tree(pid)
+    if processes is None:
         return None
     total = 0.0
     for process in processes:
@@ -76,24 +72,18 @@ def _tree_seconds(pid: int | None) -> float | None:
     return total
 
 
-def _embedded_pid(server: Any) -> int | None:
-    if server is None:
-        return None
-    return server.status().pid  # type: ignore[no-any-return]
-
-
 def read(platform: int | None = None) -> Reading:
     """``platform``: the process (with its children) that runs the platform's Python, when not this
     one (the web server of the HTTP paths)."""
     if platform is None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        python = usage.ru_utime + usage.ru_stime
+        python: float | None = usage.ru_utime + usage.ru_stime
     else:
-        python = _tree_seconds(platform) or 0.0
+        python = _tree_seconds(platform)
     return Reading(
         python=python,
-        postgres=_tree_seconds(_embedded_pid(settings.EMBEDDED_POSTGRES)),
-        redis=_tree_seconds(_embedded_pid(settings.EMBEDDED_REDIS)),
+        postgres=_tree_seconds(embedded_pid("EMBEDDED_POSTGRES")),
+        redis=_tree_seconds(embedded_pid("EMBEDDED_REDIS")),
     )
 
 

@@ -119,10 +119,11 @@ def measure_floor(tenant: Tenant, queries: list[tuple[str, list[float]]]) -> Flo
     # A tenant with nothing packed is never searched in Postgres (``archive.layers_version_if_any``).
     statement = _STATEMENT.format(exact="+ 0" if exact else "") if archive.packed_turns(tenant) else None
     floor = Floor()
-    hot = [_hot_query(index, np.asarray(vector), query_terms(text).words, k) for text, vector in queries]
     calls: dict[str, list[Callable[[], object]]] = {
         "embedding": [functools.partial(embedder.embed_one, text) for text, _ in queries],
-        "hot": hot,
+        "hot": [
+            _hot_query(index, np.asarray(vector), query_terms(text).words, k) for text, vector in queries
+        ],
     }
     if statement:
         calls["packed"] = [

@@ -12,7 +12,6 @@ from typing import Any
 
 import psutil
 import redis
-from django.conf import settings
 from django.db import connection
 from django.db.models import Count
 
@@ -22,6 +21,8 @@ from episodes.stores import keys
 from episodes.stores.hot import hot_store
 from memory_platform.redis_client import get_redis, info_field, on_owner_of
 from memory_platform.tenancy.models import Tenant
+
+from .processes import embedded_pid, tree
 
 _MB = 1024 * 1024
 #: The tables ``n_dead_tup`` names one by one (the others are summed only).
@@ -40,12 +41,8 @@ def _rss_mb(pid: int | None) -> float | None:
 def _postgres_mb(pid: int | None) -> float | None:
     """The postmaster and every backend, PSS summed: each process's RSS counts the shared buffers
     it has touched, so a sum of RSS counts them once per backend; PSS shares them out."""
-    if pid is None:
-        return None
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.Error:
+    processes = tree(pid)
+    if processes is None:
         return None
     total = 0
     for process in processes:
@@ -60,11 +57,10 @@ def _postgres_mb(pid: int | None) -> float | None:
 
 def memory() -> dict[str, float | None]:
     """MB: this process (RSS), the embedded Redis (RSS) and Postgres (PSS); None when external."""
-    pg, rd = settings.EMBEDDED_POSTGRES, settings.EMBEDDED_REDIS
     return {
         "self_mb": _rss_mb(os.getpid()),
-        "redis_mb": _rss_mb(rd.status().pid) if rd is not None else None,
-        "postgres_mb": _postgres_mb(pg.status().pid) if pg is not None else None,
+        "redis_mb": _rss_mb(embedded_pid("EMBEDDED_REDIS")),
+        "postgres_mb": _postgres_mb(embedded_pid("EMBEDDED_POSTGRES")),
     }
 
 
