@@ -190,12 +190,8 @@ def hot_text(text: str) -> str:
 #: longer than ``MAX_TERM_CHARS`` (no language has them; Postgres cannot index one of 2,047 bytes).
 MAX_QUERY_TERMS = 64
 MAX_TERM_CHARS = 100
-#: RediSearch 2.10 switches a union of more than 20 terms (its ``UNION_ITERATOR_HEAP``) to a heap,
-#: and that heap never ends, the server spinning without answering even PING, when the query is
-#: read as Chinese and one term is in a third script ("ü", Cyrillic), from the 21st term on
-#: (docs/decisions/0037).
-#: Such a query keeps its first ``MIXED_CHINESE_TERMS`` words.
-MIXED_CHINESE_TERMS = 20
+#: How the hot tier writes the union of up to ``MAX_QUERY_TERMS`` words so that RediSearch never
+#: walks one through its heap: ``episodes.stores.hot`` (docs/decisions/0066).
 
 
 @dataclass(frozen=True)
@@ -207,11 +203,6 @@ class QueryTerms:
     words: tuple[str, ...]
     text: str
     narrowed: str = ""
-
-
-def _foreign_to_chinese(word: str) -> bool:
-    """Whether ``word`` holds a character that is neither ASCII nor Chinese."""
-    return any(ord(c) > 0x7F for c in word) and not HAN_RUN.fullmatch(word)
 
 
 @functools.lru_cache(maxsize=256)
@@ -227,12 +218,9 @@ def query_terms(text: str) -> QueryTerms:
     notes = []
     if len(words) < len(unique):
         notes.append(f"{len(unique) - len(words)} word(s) longer than {MAX_TERM_CHARS} characters left out")
-    limit = MAX_QUERY_TERMS
-    if query_language(text) == Language.CHINESE and any(_foreign_to_chinese(w) for w in words):
-        limit = MIXED_CHINESE_TERMS
-    if len(words) > limit:
-        notes.append(f"the first {limit} of its {len(words)} distinct words searched")
-        words = words[:limit]
+    if len(words) > MAX_QUERY_TERMS:
+        notes.append(f"the first {MAX_QUERY_TERMS} of its {len(words)} distinct words searched")
+        words = words[:MAX_QUERY_TERMS]
     if not notes:
         return QueryTerms(tuple(words), segmented)
     return QueryTerms(tuple(words), " ".join(words), "query narrowed: " + "; ".join(notes))

@@ -5,16 +5,18 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from memory_platform.embeddings import EmbeddingError
 from memory_platform.locks import advisory_lock
 from memory_platform.tenancy.models import Tenant
 
 from .indexing import collect_hot_garbage, episodes_index_hot, hot_remove_packed, is_live_hot
-from .models import Episode
+from .models import Episode, Layer, State, Turn
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,30 @@ def repair_hot_index(limit: int = 500) -> int:
             logger.info("the hot index repair is running elsewhere; this one has nothing to do")
             return 0
         return _repair(limit)
+
+
+def after_redis_restart(sender: Any = None, *, since: datetime, **kwargs: Any) -> int:
+    """The hot index's Redis was started again after it died (``memory_platform.signals``): the
+    live hot episodes written since ``since`` (a new one, or a turn added) may have lost their
+    documents with it, and are marked for re-indexing; the repair is queued at once rather than
+    within its minute. Returns how many episodes were marked."""
+    from django_q.tasks import async_task
+
+    written = Turn.objects.across_tenants("a restarted Redis: every tenant's latest turns").filter(
+        ingested_at__gte=since
+    )
+    marked = (
+        Episode.objects.across_tenants("a restarted Redis: every tenant's latest episodes")
+        .filter(layer=Layer.HOT)
+        .exclude(state=State.FORGOTTEN)
+        .filter(Q(created_at__gte=since) | Q(pk__in=written.values("episode_id")))
+        .update(needs_reindex=True)
+    )
+    async_task(repair_hot_index)
+    logger.warning(
+        "Redis was restarted: %d episode(s) written since %s marked for re-indexing", marked, since
+    )
+    return marked
 
 
 def _repair(limit: int) -> int:

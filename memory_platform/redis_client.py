@@ -93,9 +93,15 @@ _NETWORK_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutErr
 
 class _Guarded:
     """A connection that asks its circuit before it connects or sends, and tells it how each
-    exchange went (a server's error reply, such as a syntax error, is an answer: a success)."""
+    exchange went (a server's error reply, such as a syntax error, is an answer: a success).
+
+    One call asks once: what it does inside (connecting sends AUTH, HELLO and CLIENT SETINFO; a
+    send may connect first, or check the connection's health) is part of it. Asking again there
+    would refuse the probe's own handshake, and a circuit whose probes need a new connection (the
+    old ones dropped: Redis restarted, or timed out while paused) would never close."""
 
     circuit: Circuit
+    _in_call = False
 
     def __init__(self, *args: Any, circuit: Circuit | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -104,13 +110,18 @@ class _Guarded:
         self.circuit = circuit or circuit_for(f"{self.host}:{self.port}")  # type: ignore[attr-defined]
 
     def _asked(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._in_call:
+            return call(*args, **kwargs)
         self.circuit.before()
+        self._in_call = True
         try:
             return call(*args, **kwargs)
         except _NETWORK_ERRORS as exc:
             if not isinstance(exc, CircuitOpen):
                 self.circuit.failed()
             raise
+        finally:
+            self._in_call = False
 
     def connect_check_health(self, *args: Any, **kwargs: Any) -> Any:
         return self._asked(super().connect_check_health, *args, **kwargs)  # type: ignore[misc]
@@ -122,7 +133,8 @@ class _Guarded:
         try:
             response = super().read_response(*args, **kwargs)  # type: ignore[misc]
         except _NETWORK_ERRORS:
-            self.circuit.failed()
+            if not self._in_call:  # else the call it is part of counts it
+                self.circuit.failed()
             raise
         except redis.exceptions.ResponseError:
             self.circuit.succeeded()

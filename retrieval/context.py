@@ -70,6 +70,7 @@ def context(
         session_eps = list(episodes.filter(session_scope.q()).order_by("-last_occurred_at")[:20])
     relevant: list[Hit] = []
     vector = None
+    degraded = ""
     if query_text.strip():
         found = search(
             tenant=tenant,
@@ -83,6 +84,7 @@ def context(
             now=now,
         )
         relevant, vector = found.hits, found.query_vector
+        degraded = found.reason if found.degraded else ""
     written = _Writer(max_tokens, ids=ids)
     shown = {e.pk for e in anchors + session_eps}
     relevant = [h for h in relevant if h.episode.pk not in shown]
@@ -167,6 +169,8 @@ def context(
         "text": written.text(),
         "tokens": written.used,
         "max_tokens": max_tokens,
+        "degraded": bool(degraded),
+        "degraded_reason": degraded or None,
     }
 
 

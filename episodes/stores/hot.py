@@ -84,14 +84,35 @@ def _vector_query(
     )
 
 
+#: The most branches a union RediSearch reads may have. Above 20 (its ``UNION_ITERATOR_HEAP``) it
+#: walks a union through a heap, and in Chinese mode that walk can spin forever, deaf even to PING
+#: and to the query's ``TIMEOUT``, when a word is one its Chinese tokenizer finds nothing in (a
+#: character outside its dictionary: most of Unicode's letters, rare ideographs included; see
+#: docs/decisions/0066-no-union-walked-through-a-heap.md).
+UNION_BRANCHES = 20
+
+
+def _union(words: list[str]) -> str:
+    """``words`` as a union no part of which has more than ``UNION_BRANCHES`` branches: as they
+    are up to that many, else in parenthesised groups. RediSearch's parser merges the union written
+    first into the one around it and keeps the others whole, so the outer union has the first
+    group's branches and one more for each other group; the groups are as small as keeps it within
+    the bound."""
+    if len(words) <= UNION_BRANCHES:
+        return " | ".join(words)
+    size = next(s for s in range(2, UNION_BRANCHES + 1) if s + -(-len(words) // s) - 1 <= UNION_BRANCHES)
+    groups = (words[i : i + size] for i in range(0, len(words), size))
+    return " | ".join(f"({' | '.join(group)})" for group in groups)
+
+
 def _words_query(
     words: tuple[str, ...], expr: FilterExpression, k: int, analysed_in: str, *, every: bool
 ) -> FilterQuery:
     """BM25 over the documents in ``expr`` holding ``every`` word, or any of them. The words are
     ``language.query_terms``'s, so neither query is longer than its caps (docs/decisions/0037)."""
-    escaped = (_ESCAPER.escape(word) for word in words)
+    escaped = [_ESCAPER.escape(word) for word in words]
     query = FilterQuery(
-        filter_expression=f"@text:({(' ' if every else ' | ').join(escaped)}) {expr}",
+        filter_expression=f"@text:({' '.join(escaped) if every else _union(escaped)}) {expr}",
         return_fields=_RETURN_FIELDS,
         num_results=k,
     )

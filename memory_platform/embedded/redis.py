@@ -63,18 +63,25 @@ def collect_index_garbage(url: str) -> dict[str, tuple[int, int]]:
 #: collection forks Redis, which stops every request meanwhile (RediSearch's defaults: 30 s, 100).
 GC_SETTINGS = {"FORK_GC_RUN_INTERVAL": 5, "FORK_GC_CLEAN_THRESHOLD": 32}
 
+#: Above ``UNION_ITERATOR_HEAP`` branches (20 by default) RediSearch 2.10 walks a union through a
+#: heap, and in Chinese mode that walk can spin forever, deaf to PING. The platform never sends
+#: such a union (``episodes.stores.hot.UNION_BRANCHES``); on the servers it starts the heap is out
+#: of reach as well, whatever a later query might send (docs/decisions/0066).
+MODULE_SETTINGS = {**GC_SETTINGS, "UNION_ITERATOR_HEAP": 1000}
 
-def apply_gc_settings(url: str) -> None:
-    """Set ``GC_SETTINGS`` on a running server (they apply from its collector's next run). A
-    failure is logged, not raised: only how soon removed documents leave BM25 depends on it."""
+
+def apply_module_settings(url: str) -> None:
+    """Set ``MODULE_SETTINGS`` on a running server (the collector's apply from its next run). A
+    failure is logged, not raised: only how soon removed documents leave BM25 depends on the
+    collector's, and the platform's queries do not depend on the union's."""
     import redis
 
     client = redis.Redis.from_url(url, socket_timeout=5)
     try:
-        for name, value in GC_SETTINGS.items():
+        for name, value in MODULE_SETTINGS.items():
             client.execute_command("FT.CONFIG", "SET", name, value)
     except redis.RedisError as exc:
-        logger.warning("could not set the hot index collector's settings: %s", exc)
+        logger.warning("could not set the hot index's module settings: %s", exc)
     finally:
         client.close()
 
@@ -162,12 +169,13 @@ def server_args(conf: Path, *, port: int, datadir: Path, pidfile: Path, maxmemor
         # (search then answers from Postgres: docs/decisions/0037). The collector runs every
         # FORK_GC_RUN_INTERVAL seconds on each index that lost at least FORK_GC_CLEAN_THRESHOLD documents
         # since its last run (a rewritten document counts: it is removed and added again), and on no
-        # other: until it runs, BM25 counts the removed ones (see `GC_SETTINGS`).
+        # other: until it runs, BM25 counts the removed ones (see `GC_SETTINGS`). No union is walked
+        # through a heap (`MODULE_SETTINGS`).
         "--loadmodule",
         search,
         "ON_TIMEOUT",
         "FAIL",
-        *(part for name, value in GC_SETTINGS.items() for part in (name, str(value))),
+        *(part for name, value in MODULE_SETTINGS.items() for part in (name, str(value))),
         "--loadmodule",
         rejson,
     ]
@@ -213,6 +221,11 @@ class EmbeddedRedis:
             pass
         return None
 
+    def died(self) -> bool:
+        """Whether the server died: its pid file names a process that is gone. (A server stopped on
+        purpose takes its pid file with it.)"""
+        return self.pidfile.exists() and self._pid() is None
+
     def status(self) -> RedisStatus:
         pid = self._pid()
         return RedisStatus(running=pid is not None, pid=pid, port=self.port(), datadir=str(self.datadir))
@@ -252,8 +265,8 @@ class EmbeddedRedis:
     def start(self, timeout: float = 30.0) -> RedisStatus:
         if self._pid() is not None:
             self._require_password()
-            # A server an earlier release started keeps the collector settings it started with.
-            apply_gc_settings(self.url())
+            # A server an earlier release started keeps the module settings it started with.
+            apply_module_settings(self.url())
             return self.status()
         # No live process behind the pid file: it is stale (a crash or a reboot); drop it.
         self.pidfile.unlink(missing_ok=True)

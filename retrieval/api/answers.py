@@ -91,3 +91,5 @@ class ContextAnswer(TypedDict):
     text: Annotated[str, Doc("markdown: one section per kind of memory")]
     tokens: Annotated[int, Doc("estimated tokens of the text")]
     max_tokens: int
+    degraded: Annotated[bool, Doc("a tier or the embedder failed: the relevant memories are partial")]
+    degraded_reason: Annotated[str | None, Doc("why it is degraded")]

@@ -399,6 +399,9 @@ def test_the_embedded_server_collects_an_index_once_half_its_ballast_was_removed
     running = {name: client.execute_command("FT.CONFIG", "GET", name) for name in GC_SETTINGS}
     as_set = {name: _config_value(reply, name) for name, reply in running.items()}
     assert as_set == {"FORK_GC_RUN_INTERVAL": 5, "FORK_GC_CLEAN_THRESHOLD": BALLAST // 2} == GC_SETTINGS
+    # And no union is walked through the heap that can spin (docs/decisions/0066).
+    reply = client.execute_command("FT.CONFIG", "GET", "UNION_ITERATOR_HEAP")
+    assert _config_value(reply, "UNION_ITERATOR_HEAP") == 1000
 
 
 def _config_value(reply, name: str) -> int:
@@ -450,7 +453,7 @@ def test_a_turn_arriving_in_a_long_session_rewrites_only_what_changed(provided):
 
 
 @pytest.mark.single_redis
-def test_an_embedded_server_started_by_an_earlier_release_gets_the_gc_settings(provided):
+def test_an_embedded_server_started_by_an_earlier_release_gets_the_module_settings(provided):
     from django.conf import settings
 
     from memory_platform.redis_client import get_redis
@@ -458,8 +461,11 @@ def test_an_embedded_server_started_by_an_earlier_release_gets_the_gc_settings(p
     client = get_redis()
     client.execute_command("FT.CONFIG", "SET", "FORK_GC_RUN_INTERVAL", 30)
     client.execute_command("FT.CONFIG", "SET", "FORK_GC_CLEAN_THRESHOLD", 100)
+    client.execute_command("FT.CONFIG", "SET", "UNION_ITERATOR_HEAP", 20)
     settings.EMBEDDED_REDIS.start()  # already running: `make run` beside a server left running
     reply = client.execute_command("FT.CONFIG", "GET", "FORK_GC_RUN_INTERVAL")
     assert _config_value(reply, "FORK_GC_RUN_INTERVAL") == 5
     reply = client.execute_command("FT.CONFIG", "GET", "FORK_GC_CLEAN_THRESHOLD")
     assert _config_value(reply, "FORK_GC_CLEAN_THRESHOLD") == BALLAST // 2
+    reply = client.execute_command("FT.CONFIG", "GET", "UNION_ITERATOR_HEAP")
+    assert _config_value(reply, "UNION_ITERATOR_HEAP") == 1000

@@ -225,6 +225,8 @@ class ContextAnswerJson(TypedDict):
     text: str
     tokens: int
     max_tokens: int
+    degraded: bool
+    degraded_reason: str | None
 
 
 class FeedbackCountsJson(TypedDict):

@@ -1,8 +1,13 @@
+import signal
+import threading
+from datetime import UTC, datetime
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from memory_platform.embedded import PortTakenError
+from memory_platform.embedded import PortTakenError, supervisor
 from memory_platform.embedded.redis_cluster import EmbeddedRedisCluster
+from memory_platform.signals import redis_restarted
 
 
 def local_cluster(masters: int | None = None, replicas: int | None = None) -> EmbeddedRedisCluster:
@@ -17,11 +22,13 @@ def local_cluster(masters: int | None = None, replicas: int | None = None) -> Em
 class Command(BaseCommand):
     help = (
         "Start, stop or show the embedded Postgres and Redis (used when DATABASE_URL / REDIS_URL are "
-        "unset), and a local Redis Cluster for tests and trials (--redis-cluster N)."
+        "unset), and a local Redis Cluster for tests and trials (--redis-cluster N). `supervise` "
+        "watches the embedded Redis until stopped and starts it again whenever it dies (make run "
+        "runs it), then has what it may have lost re-indexed."
     )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("action", choices=["start", "stop", "status"])
+        parser.add_argument("action", choices=["start", "stop", "status", "supervise"])
         parser.add_argument(
             "--redis-cluster",
             type=int,
@@ -48,6 +55,9 @@ class Command(BaseCommand):
             opts["redis_cluster"] is None or opts["redis_replicas"] < 0
         ):
             raise CommandError("--redis-replicas R (R at least 0) goes with --redis-cluster N")
+        if action == "supervise":
+            self._supervise(rd)
+            return
         if action == "start":
             try:
                 if pg is not None:
@@ -68,6 +78,24 @@ class Command(BaseCommand):
                 self.stdout.write(f"postgres {'stopped' if pg.stop() else 'was not running'}")
             return
         self._status(pg, rd, cluster)
+
+    def _supervise(self, rd):  # type: ignore[no-untyped-def]
+        if rd is None:
+            self.stdout.write(f"redis    external ({settings.REDIS_URL}): nothing to supervise")
+            return
+        stop = threading.Event()
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, lambda *_: stop.set())
+
+        def restarted(since: float) -> None:
+            redis_restarted.send(sender=self.__class__, since=datetime.fromtimestamp(since, UTC))
+
+        def log(line: str) -> None:
+            self.stdout.write(f"[supervise] {line}")
+            self.stdout.flush()
+
+        log(f"watching the embedded Redis (port {rd.port()})")
+        supervisor.watch(rd, log=log, on_restart=restarted, stop=stop)
 
     def _status(self, pg, rd, cluster):  # type: ignore[no-untyped-def]
         if pg is None:
