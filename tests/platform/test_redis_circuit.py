@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -119,3 +122,78 @@ def test_a_frozen_redis_costs_a_few_requests_a_timeout_then_none(searcher):
     time.sleep(2.1)
     answers = [timed_search(searcher) for _ in range(2)]
     assert answers[-1][1].json()["degraded"] is False, [a[1].json()["degraded_reason"] for a in answers]
+
+
+def searched_undegraded_within(searcher, seconds: float) -> float:
+    """How long until a search answers from the hot tier again (searching every 0.1 s); fails
+    past ``seconds``."""
+    started = time.monotonic()
+    while True:
+        if timed_search(searcher)[1].json()["degraded"] is False:
+            return time.monotonic() - started
+        assert time.monotonic() - started < seconds, f"still degraded after {seconds} s"
+        time.sleep(0.1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_probe_that_must_connect_again_closes_the_circuit(searcher):
+    """Every pooled connection gone (Redis restarted, or each timed out while it was paused): the
+    probe connects, and its handshake (AUTH, HELLO, CLIENT SETINFO) is part of it, not a second
+    call the open circuit refuses."""
+    circuit = circuit_for(settings.REDIS_URL)
+    assert timed_search(searcher)[1].json()["degraded"] is False
+    for _ in range(circuit.failures):
+        circuit.failed()
+    for quick in (True, False):
+        get_redis(quick=quick).connection_pool.disconnect()
+    assert circuit.is_open and timed_search(searcher)[1].json()["degraded"] is True
+    time.sleep(circuit.open_seconds)
+    took = searched_undegraded_within(searcher, 1.0)
+    assert not circuit.is_open
+    print(f"\nthe probe connected again and closed the circuit; undegraded {took:.2f} s after its period")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_paused_until_its_connections_time_out_then_resumed_it_is_used_again_within_seconds(searcher):
+    pid = settings.EMBEDDED_REDIS.status().pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # Each of the first searches waits out the quick timeout, and its connection is dropped.
+        answers = [timed_search(searcher)[1].json()["degraded"] for _ in range(5)]
+        assert all(answers) and circuit_for(settings.REDIS_URL).is_open
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    took = searched_undegraded_within(searcher, 5.0)
+    assert searcher.client.get("/readyz").status_code == 200
+    print(f"\npaused, then resumed: undegraded {took:.2f} s after the resume")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_killed_and_started_again_by_another_process_it_is_used_again_within_seconds(searcher):
+    """``kill -9``, then ``manage.py services start`` (another process: this one's circuits are
+    not reset for it, as a web worker's are not when an operator or the supervisor restarts Redis)."""
+    from tests.conftest import manage_py_environment
+
+    server = settings.EMBEDDED_REDIS
+    os.kill(server.status().pid, signal.SIGKILL)
+    try:
+        answers = [timed_search(searcher) for _ in range(4)]
+        assert all(r.json()["degraded"] for _, r in answers) and circuit_for(settings.REDIS_URL).is_open
+        assert max(t for t, _ in answers) < 1.0
+        environ = manage_py_environment()
+        del environ["REDIS_URL"]  # the embedded one, in this suite's data directory
+        started = subprocess.run(
+            [sys.executable, "manage.py", "services", "start"],
+            cwd=Path(__file__).resolve().parents[2],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert started.returncode == 0, started.stderr
+        took = searched_undegraded_within(searcher, 5.0)
+    finally:
+        if not server.status().running:
+            server.start()
+    assert searcher.client.get("/readyz").status_code == 200
+    print(f"\nkilled, started by another process: undegraded {took:.2f} s after the start")
