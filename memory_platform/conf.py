@@ -29,6 +29,10 @@ DEFAULTS: dict[str, Any] = {
     # input limits
     "MAX_TURN_CHARS": 32_000,
     "MAX_BATCH_TURNS": 500,
+    # the text a batch embedded before its answer may hold (characters, all its turns together):
+    # on 2 cores the local model reads about 50 kB a second, and a client that times out and tries
+    # again would write the turns twice; larger batches go with "async": true (a worker embeds them)
+    "MAX_SYNC_BATCH_CHARS": 500_000,
     "MAX_METADATA_BYTES": 16_384,
     "MAX_SCOPE_CHARS": 200,
     # rate limits (memory_platform.ratelimit), N/s or N/min: each API key (a tenant's `rate_limit`

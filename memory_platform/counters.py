@@ -257,6 +257,11 @@ def erase(scope: object) -> int:
     return int(_client().delete(key_of(scope)))
 
 
+def exists(scope: object) -> bool:
+    """Whether Redis holds counters of ``scope``."""
+    return bool(_client().exists(key_of(scope)))
+
+
 def key_of(scope: object) -> str:
     """The Redis key that holds a scope's counters (an erasure's verification looks for it): a
     tenant's (its primary key, or ``<name>:<its primary key>``) under its hash tag, so that on a

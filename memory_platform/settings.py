@@ -414,6 +414,7 @@ _MEMORY_FROM_ENV = {
     "TRUSTED_PROXIES": ("MEMORY_TRUSTED_PROXIES", _networks),
     "SNAPSHOT_KEEP_DAYS": ("MEMORY_SNAPSHOT_KEEP_DAYS", _at_least(1)),
     "MAX_IMPORT_BYTES": ("MEMORY_MAX_IMPORT_BYTES", _at_least(1024)),
+    "MAX_SYNC_BATCH_CHARS": ("MEMORY_MAX_SYNC_BATCH_CHARS", _at_least(1)),
 }
 MEMORY = {key: read(name) for key, (name, read) in _MEMORY_FROM_ENV.items() if env.str(name, default="")}
 

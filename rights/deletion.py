@@ -26,7 +26,7 @@ from django.db import DatabaseError, connection
 from lifecycle.journal import to_json
 from lifecycle.tasks import SCHEDULE_PREFIX
 from lifecycle.tick import tick_lock
-from memory_platform.tenancy.audit import TENANT_DELETED, audit_record
+from memory_platform.tenancy.audit import TENANT_DELETED, audit_record, key_uses_erase, key_uses_held
 from memory_platform.tenancy.models import AuditEvent, Tenant
 
 from . import erasure
@@ -50,10 +50,13 @@ class Deletion:
     with_tenant: dict[str, int] = field(default_factory=dict)
     audit_kept: int = 0
     audit_id: int | None = None
+    #: The counts of its keys' uses (kept by an erasure of its data, not by a deletion): removed, left.
+    key_uses: int = 0
+    key_uses_left: bool = False
 
     @property
     def clean(self) -> bool:
-        return self.erasure.clean
+        return self.erasure.clean and not self.key_uses_left
 
     def as_json(self) -> dict[str, Any]:
         removed = self.erasure.removed
@@ -61,8 +64,8 @@ class Deletion:
             "tenant": self.tenant,
             "tenant_id": self.tenant_id,
             "deleted_at": to_json(self.deleted_at),
-            "removed": {**removed, "tenant": self.with_tenant},
-            "verification": {**self.erasure.found_after, "clean": self.clean},
+            "removed": {**removed, "tenant": self.with_tenant, "key_uses": self.key_uses},
+            "verification": {**self.erasure.found_after, "key_uses": self.key_uses_left, "clean": self.clean},
             "audit": {"kept": self.audit_kept, "record": self.audit_id},
         }
 
@@ -74,7 +77,7 @@ class Deletion:
         redis = removed.get("redis", {})
         out.append(
             f"  redis     {redis.get('documents', 0)} hot documents, {redis.get('indexes', 0)} index(es), "
-            f"{redis.get('counters', 0)} counter set(s)"
+            f"{redis.get('counters', 0) + self.key_uses} counter set(s)"
         )
         queue = removed.get("queue", {})
         out.append(
@@ -85,7 +88,7 @@ class Deletion:
             f"  audit     {self.audit_kept} record(s) kept, without their tenant; "
             f"this deletion is record {self.audit_id}"
         )
-        found = self.erasure.left
+        found = self.erasure.left + int(self.key_uses_left)
         out.append("  check     clean: nothing of it is left" if self.clean else f"  check     {found} left")
         return out
 
@@ -137,6 +140,8 @@ def tenant_delete(
             except erasure.ErasureUnavailable as exc:
                 raise DeletionRefused(str(exc)) from exc
             deletion = Deletion(tenant=tenant.name, tenant_id=str(tenant.pk), deleted_at=now, erasure=receipt)
+            deletion.key_uses = key_uses_erase(tenant.pk)
+            deletion.key_uses_left = key_uses_held(tenant.pk)
 
             def delete_row() -> None:
                 deletion.with_tenant = {
@@ -150,8 +155,12 @@ def tenant_delete(
                     now=now,
                     name=tenant.name,
                     tenant_id=str(tenant.pk),
-                    removed={**receipt.removed, "tenant": deletion.with_tenant},
-                    clean=receipt.clean,
+                    removed={
+                        **receipt.removed,
+                        "tenant": deletion.with_tenant,
+                        "key_uses": deletion.key_uses,
+                    },
+                    clean=deletion.clean,
                 )
                 deletion.audit_id = record.pk
                 deletion.audit_kept = AuditEvent.objects.filter(tenant=tenant).count()

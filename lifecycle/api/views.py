@@ -133,6 +133,12 @@ class TurnsView(TenantAPIView):
         serializer = episode_serializers.TurnsInSerializer(data=request.data, context={"tenant": self.tenant})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        chars, most = sum(len(t["text"]) for t in data["turns"]), int(memory_settings.MAX_SYNC_BATCH_CHARS)
+        if chars > most and not data["async"]:
+            raise PayloadTooLarge(
+                f"a batch embedded before the answer holds at most {most} characters of text; this one "
+                f'holds {chars}: send it with "async": true (a worker embeds and indexes it) or in smaller batches'
+            )
         inputs = [
             TurnInput(
                 role=t["role"],

@@ -60,6 +60,17 @@ def _uses_scope(tenant_id: object) -> str:
     return f"keys:{tenant_id}"
 
 
+def key_uses_erase(tenant_id: object) -> int:
+    """Remove the counts of a tenant's keys' uses (the tenant is deleted, its keys with it); returns
+    the keys removed."""
+    return counters.erase(_uses_scope(tenant_id))
+
+
+def key_uses_held(tenant_id: object) -> bool:
+    """Whether Redis still holds counts of a tenant's keys' uses (a deletion's check)."""
+    return bool(counters.exists(_uses_scope(tenant_id)))
+
+
 def key_used(key: ApiKey) -> None:
     """Count one authenticated request of ``key`` (buffered: no round trip on the request path)."""
     counters.add(_uses_scope(key.tenant_id), KEY_USES, key=key.prefix)

@@ -88,6 +88,22 @@ def test_an_oversized_batch_is_413(caller):
     assert _counts() == before
 
 
+def test_a_batch_with_more_text_than_is_embedded_before_the_answer_is_413_unless_async(caller, settings):
+    settings.MEMORY = {**settings.MEMORY, "MAX_SYNC_BATCH_CHARS": 50_000}
+    turns = [_good_turn(text=f"turn {i} " + "z" * 9_990) for i in range(6)]  # 60,000 characters
+    before = _counts()
+    response = caller.post("/api/v1/turns", {"session_id": "big", "turns": turns})
+    assert response.status_code == 413, response.json()
+    message = response.json()["error"]["message"]
+    assert "at most 50000 characters" in message and '"async": true' in message
+    assert _counts() == before
+    # Within the limit, or queued for a worker: written.
+    assert caller.post("/api/v1/turns", {"session_id": "big", "turns": turns[:4]}).status_code == 201
+    queued = caller.post("/api/v1/turns", {"session_id": "big", "turns": turns, "async": True})
+    assert queued.status_code == 201, queued.json()
+    assert _counts()[0] == before[0] + 10
+
+
 def test_a_body_over_the_request_limit_is_413(caller):
     before = _counts()
     body = '{"turns": [' + ",".join(['{"role": "user", "text": "' + "y" * 30_000 + '"}'] * 200) + "]}"

@@ -70,6 +70,11 @@ def test_delete_tenant_takes_hot_warm_cold_and_the_journal_and_prints_the_receip
     other = rows(outsider.tenant)
     other_hot = redis_holdings(outsider.tenant.pk.hex)
 
+    from memory_platform import counters
+
+    counters.flush()
+    assert get_redis().exists(f"mp:metrics:keys:{{{hex_}}}")  # its keys' uses, counted
+
     out = io.StringIO()
     call_command("delete_tenant", "source", "--yes", stdout=out)
     receipt = out.getvalue()
@@ -85,6 +90,8 @@ def test_delete_tenant_takes_hot_warm_cold_and_the_journal_and_prints_the_receip
     assert left_in_postgres(tenant_id) == {}
     assert redis_holdings(hex_) == {"keys": 0, "indexes": 0}
     assert not get_redis().exists(f"mp:metrics:{tenant_id}")
+    # nor the counts of its keys' uses (its keys went with it)
+    assert not get_redis().exists(f"mp:metrics:keys:{{{tenant_id.hex}}}")
     assert erasure._queued(tenant, None) == ([], [])
     # the audit: its records stay without their tenant, and the deletion is one of them
     (record,) = deletion_records("source")
