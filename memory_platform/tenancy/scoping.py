@@ -14,17 +14,24 @@ Anything else raises ``UnscopedQuery`` when it would reach the database (iterati
 filter is an error in the first test that runs the code, not a leak. ``grep -rn across_tenants``
 lists every place that reads or writes more than one tenant's rows (docs/concepts.md#tenants).
 
+Two querysets combine (``|``, ``&``, ``^``, ``union``, ``intersection``, ``difference``) only when
+both are scoped to the same tenants (both filtered on the same ones, both ``across_tenants``, or
+one of them ``none()``); else ``UnscopedQuery`` at once. Without it ``for_tenant(a) |
+filter(pk=x)`` would read ``WHERE tenant_id = a OR id = x``: another tenant's row.
+
 Django's own machinery (saving an instance, cascades, forward foreign keys, migrations) uses the
 plain base manager, which refuses nothing. For Postgres distributed by tenant every statement
 should name the tenant all the same (docs/operations/scale-out.md): a filter on rows adds their
 ``tenant_id``, and a model distributed by tenant (``TenantOwned``, its keys to others
 ``TenantForeignKey``) names its tenant when it is saved or reloaded, when a foreign key's row is
-read and when rows are prefetched. Raw SQL (``memory_platform.db``) writes ``tenant_id = %s`` by
-hand. The test suite checks every statement it sends (``tests/tenant_statements.py``).
+read and when rows are prefetched. This module guards the ORM only: raw SQL
+(``memory_platform.db``) writes ``tenant_id = %s`` by hand, and only the test suite checks the
+statements it sends (``tests/tenant_statements.py``).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
@@ -87,6 +94,36 @@ def _required_lookups(args: Any, kwargs: Any) -> list[tuple[str, Any]]:
     return lookups
 
 
+def _tenant_key(value: Any) -> str:
+    """A tenant as a lookup names it (a ``Tenant``, its primary key, as a UUID or a string), one way."""
+    if isinstance(value, models.Model):
+        value = value.pk
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        return str(value)
+
+
+def _named_tenants(lookups: Iterable[tuple[str, Any]]) -> frozenset[str] | None:
+    """The tenants the lookups that name tenants by key restrict the rows to; None when none does,
+    or when one names them by something other than values (a subquery)."""
+    named: frozenset[str] | None = None
+    for lookup, value in lookups:
+        parts = lookup.split("__")
+        if parts[0] not in ("tenant", "tenant_id") or not set(parts[1:]) <= _KEY_PARTS or value is None:
+            continue
+        if parts[-1] == "in":
+            if not isinstance(value, Sequence | set | frozenset) or isinstance(value, str):
+                return None
+            these = frozenset(_tenant_key(v) for v in value)
+        elif isinstance(value, models.Model | uuid.UUID | str | int):
+            these = frozenset({_tenant_key(value)})
+        else:
+            return None
+        named = these if named is None else named & these
+    return named
+
+
 def _tenant_filter(tenants: set[Any]) -> dict[str, Any]:
     if len(tenants) == 1:
         return {"tenant_id": next(iter(tenants))}
@@ -101,6 +138,8 @@ class TenantScopedQuerySet(models.QuerySet):
         #: Why this query may run: "tenant" (filtered on one), or the reason given to
         #: ``across_tenants``. None: it may not.
         self._tenant_scope: str | None = None
+        #: With "tenant": the tenants its first tenant filter named (None: not known by value).
+        self._tenants: frozenset[str] | None = None
 
     # --- how a query gets scoped ------------------------------------------------------------------
     def for_tenant(self, tenant: Any) -> Self:
@@ -115,7 +154,7 @@ class TenantScopedQuerySet(models.QuerySet):
         if not reason.strip():
             raise ValueError("across_tenants needs a reason")
         clone = self._chain()  # type: ignore[attr-defined]
-        clone._tenant_scope = reason
+        clone._tenant_scope, clone._tenants = reason, None
         return clone
 
     def none(self) -> Self:
@@ -125,7 +164,7 @@ class TenantScopedQuerySet(models.QuerySet):
 
     def _clone(self) -> Self:
         clone = super()._clone()  # type: ignore[misc]
-        clone._tenant_scope = self._tenant_scope
+        clone._tenant_scope, clone._tenants = self._tenant_scope, self._tenants
         return clone
 
     def _filter_or_exclude(self, negate: bool, args: Any, kwargs: Any) -> Self:
@@ -140,8 +179,45 @@ class TenantScopedQuerySet(models.QuerySet):
                 lookups += kwargs.items()
         clone = super()._filter_or_exclude(negate, args, kwargs)  # type: ignore[misc]
         if clone._tenant_scope is None and any(_scopes(k, v) for k, v in lookups):
-            clone._tenant_scope = "tenant"
+            clone._tenant_scope, clone._tenants = "tenant", _named_tenants(lookups)
         return clone
+
+    # --- combining two querysets -----------------------------------------------------------------
+    def _scope_key(self) -> tuple[Any, ...] | None:
+        if self._tenant_scope is None:
+            return None
+        if self._tenant_scope == "tenant":
+            return ("tenant", self._tenants) if self._tenants is not None else None
+        return ("nothing",) if self._tenant_scope == "nothing" else ("across",)
+
+    def _combinable(self, other: Any, how: str) -> None:
+        """Refuse to combine with ``other`` unless both are scoped to the same tenants (module
+        docstring)."""
+        mine = self._scope_key()
+        theirs = other._scope_key() if isinstance(other, TenantScopedQuerySet) else None
+        if mine is not None and theirs is not None and (mine == theirs or ("nothing",) in (mine, theirs)):
+            return
+        raise UnscopedQuery(
+            f"{how} of two {self.model.__name__} querysets not scoped to the same tenant: filter both "
+            "with for_tenant(tenant), or say why both cross tenants with across_tenants(reason)"
+        )
+
+    def __and__(self, other: Any) -> Self:
+        self._combinable(other, "&")
+        return super().__and__(other)  # type: ignore[no-any-return]
+
+    def __or__(self, other: Any) -> Self:
+        self._combinable(other, "|")
+        return super().__or__(other)  # type: ignore[no-any-return]
+
+    def __xor__(self, other: Any) -> Self:
+        self._combinable(other, "^")
+        return super().__xor__(other)  # type: ignore[no-any-return]
+
+    def _combinator_query(self, combinator: str, *other_qs: Any, all: bool = False) -> Self:
+        for other in other_qs:
+            self._combinable(other, combinator)
+        return super()._combinator_query(combinator, *other_qs, all=all)  # type: ignore[misc,no-any-return]
 
     # --- where it is checked: every way a query reaches the database ------------------------------
     def _require_scope(self) -> None:

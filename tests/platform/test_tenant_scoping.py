@@ -93,6 +93,46 @@ def test_a_row_read_for_its_tenant_scopes_the_rows_below_it(caller):
         Episode.objects.across_tenants(" ")
 
 
+def test_querysets_combine_only_when_scoped_to_the_same_tenant(caller, outsider):
+    """``for_tenant(a) | filter(pk=x)`` would read ``tenant_id = a OR id = x``: another tenant's row."""
+    from episodes.models import Episode
+
+    for who in (caller, outsider):
+        who.post(
+            "/api/v1/turns", {"session_id": "s", "turns": [{"role": "user", "text": f"{who.tenant.name}"}]}
+        )
+    (theirs,) = Episode.objects.for_tenant(outsider.tenant).values_list("pk", flat=True)
+    (mine,) = Episode.objects.for_tenant(caller.tenant).values_list("pk", flat=True)
+    ours = Episode.objects.for_tenant(caller.tenant)
+    refused = {
+        "or an unscoped one": lambda: ours | Episode.objects.filter(pk=theirs),
+        "or another tenant's": lambda: ours | Episode.objects.for_tenant(outsider.tenant),
+        "and": lambda: ours & Episode.objects.filter(pk=theirs),
+        "xor": lambda: ours ^ Episode.objects.for_tenant(outsider.tenant),
+        "union": lambda: ours.union(Episode.objects.filter(pk=theirs)),
+        "union of another tenant's": lambda: ours.union(Episode.objects.filter(tenant_id=outsider.tenant.pk)),
+        "intersection": lambda: ours.intersection(Episode.objects.filter(pk=theirs)),
+        "difference": lambda: ours.difference(Episode.objects.across_tenants("test: every tenant")),
+        "an unscoped one first": lambda: Episode.objects.filter(pk=theirs) | ours,
+        "a tenant named by a subquery": lambda: (
+            ours | Episode.objects.filter(tenant__in=type(caller.tenant).objects.filter(pk=caller.tenant.pk))
+        ),
+    }
+    for name, combine in refused.items():
+        with pytest.raises(UnscopedQuery, match="not scoped to the same tenant"):
+            combine()
+        assert name
+    # The same tenant, however it was named, on both sides: the rows are that tenant's alone.
+    same = ours.filter(pk=mine) | Episode.objects.filter(tenant_id=str(caller.tenant.pk), pk=theirs)
+    assert list(same.values_list("pk", flat=True)) == [mine]
+    assert list(ours.union(Episode.objects.filter(tenant=caller.tenant)).values_list("pk", flat=True)) == [
+        mine
+    ]
+    assert list((Episode.objects.none() | ours).values_list("pk", flat=True)) == [mine]
+    every = Episode.objects.across_tenants("test: one") | Episode.objects.across_tenants("test: two")
+    assert {mine, theirs} <= set(every.values_list("pk", flat=True))
+
+
 def test_the_places_that_cross_tenants_are_the_known_ones():
     found = subprocess.run(
         [
