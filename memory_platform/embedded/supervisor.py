@@ -21,6 +21,10 @@ from .redis import EmbeddedRedis
 #: Redis lets a write wait up to two more while the disk is slow. A restart asks for everything
 #: written this long before the server was last seen alive.
 AOF_LOSS_SECONDS = 5.0
+#: A process keeps failing its calls for up to two seconds after Redis is back (its circuit waits
+#: that long between tries): the writes it takes meanwhile are stored and marked, and are asked
+#: for once more this long after the restart, rather than at the repair's next minute.
+AGAIN_AFTER_SECONDS = 10.0
 
 
 def watch(
@@ -34,10 +38,15 @@ def watch(
 ) -> None:
     """Look at ``server`` every ``every`` seconds until ``stop`` is set; when it died, start it
     again, then call ``on_restart(since)``: since when (epoch seconds) writes it acknowledged may
-    be lost. A start that fails is logged and tried again at the next look."""
+    be lost; and once more ``AGAIN_AFTER_SECONDS`` later. A start that fails is logged and tried
+    again at the next look."""
     stop = stop or threading.Event()
     seen_alive = clock()
+    again: list[tuple[float, float]] = []  # (when, since)
     while not stop.is_set():
+        for due in [d for d in again if d[0] <= time.monotonic()]:
+            again.remove(due)
+            _ask(on_restart, due[1], log)
         if server.died():
             log(f"the embedded Redis (port {server.port()}) died; starting it again")
             started = time.monotonic()
@@ -50,11 +59,17 @@ def watch(
                     f"the embedded Redis is back (pid {status.pid}) in {time.monotonic() - started:.1f} s; "
                     "re-indexing what it may have lost"
                 )
-                try:
-                    on_restart(seen_alive - AOF_LOSS_SECONDS)
-                except Exception as exc:  # noqa: BLE001 - the repair task finds the marks later
-                    log(f"could not ask for the re-indexing: {exc}")
+                since = seen_alive - AOF_LOSS_SECONDS
+                _ask(on_restart, since, log)
+                again.append((time.monotonic() + AGAIN_AFTER_SECONDS, since))
                 seen_alive = clock()
         elif server.status().running:
             seen_alive = clock()
         stop.wait(every)
+
+
+def _ask(on_restart: Callable[[float], None], since: float, log: Callable[[str], None]) -> None:
+    try:
+        on_restart(since)
+    except Exception as exc:  # noqa: BLE001 - the repair's schedule finds the marks later
+        log(f"could not ask for the re-indexing: {exc}")
