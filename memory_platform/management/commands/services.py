@@ -4,6 +4,7 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
 
 from memory_platform.embedded import PortTakenError, supervisor
 from memory_platform.embedded.redis_cluster import EmbeddedRedisCluster
@@ -88,6 +89,8 @@ class Command(BaseCommand):
             signal.signal(number, lambda *_: stop.set())
 
         def restarted(since: float) -> None:
+            # A connection idle since the last restart may have been closed by Postgres meanwhile.
+            close_old_connections()
             redis_restarted.send(sender=self.__class__, since=datetime.fromtimestamp(since, UTC))
 
         def log(line: str) -> None:
