@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -55,6 +57,14 @@ def _clean_redis():
     get_redis().flushdb()
     hot_store().forget_index_state()
     yield
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The search fuzz's counts, when it ran (tests/retrieval/test_search_cannot_stall.py)."""
+    stall = sys.modules.get("tests.retrieval.test_search_cannot_stall")
+    if stall is not None and stall.FUZZ["queries"]:
+        terminalreporter.section("the search fuzz")
+        terminalreporter.write_line(stall.fuzz_summary())
 
 
 def pytest_configure(config: pytest.Config) -> None:

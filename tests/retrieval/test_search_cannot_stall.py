@@ -377,14 +377,20 @@ def test_no_query_stalls_redis_or_errs(world, query, endpoint):
     assert pinged < 100, (pinged, endpoint, query[:80])
 
 
-def test_the_fuzz_asked_every_endpoint_in_every_block():
-    """Runs after the fuzz (pytest keeps a module's order): what it covered, printed and checked."""
+def fuzz_summary() -> str:
+    """What the fuzz asked and found, in a line (the run's summary prints it: tests/conftest.py)."""
     queries = FUZZ["queries"]
-    print(
-        f"\nsearch fuzz: {sum(queries.values())} queries ({queries}), {len(FUZZ['blocks'])} blocks "
-        f"({len(BLOCKS)} named and other letters), slowest answer {FUZZ['slowest'] * 1000:.0f} ms, "
-        f"slowest PING after one {FUZZ['slowest_ping']:.1f} ms, {FUZZ['narrowed']} narrowed "
-        f"(the slowest: {FUZZ['slowest_query'][:60]!r}, {len(FUZZ['slowest_query'])} characters)"
+    return (
+        f"{sum(queries.values())} queries ({', '.join(f'{n} {e}' for e, n in sorted(queries.items()))}), "
+        f"{len(FUZZ['blocks'])} blocks ({len(BLOCKS)} named and other letters), slowest answer "
+        f"{FUZZ['slowest'] * 1000:.0f} ms, slowest PING after one {FUZZ['slowest_ping']:.1f} ms, "
+        f"{FUZZ['narrowed']} narrowed (the slowest: {FUZZ['slowest_query'][:60]!r}, "
+        f"{len(FUZZ['slowest_query'])} characters)"
     )
-    assert sum(queries.values()) == 2000 and set(queries) == {"search", "context", "mcp"}
+
+
+def test_the_fuzz_asked_every_endpoint_in_every_block():
+    """Runs after the fuzz (pytest keeps a module's order): what it covered, checked."""
+    queries = FUZZ["queries"]
+    assert sum(queries.values()) == 2000 and set(queries) == {"search", "context", "mcp"}, fuzz_summary()
     assert FUZZ["blocks"] >= {*BLOCKS, "other letters"}, {*BLOCKS, "other letters"} - FUZZ["blocks"]
