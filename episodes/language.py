@@ -190,8 +190,6 @@ def hot_text(text: str) -> str:
 #: longer than ``MAX_TERM_CHARS`` (no language has them; Postgres cannot index one of 2,047 bytes).
 MAX_QUERY_TERMS = 64
 MAX_TERM_CHARS = 100
-#: How the hot tier writes the union of up to ``MAX_QUERY_TERMS`` words so that RediSearch never
-#: walks one through its heap: ``episodes.stores.hot`` (docs/decisions/0066).
 
 
 @dataclass(frozen=True)

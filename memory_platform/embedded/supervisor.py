@@ -63,7 +63,7 @@ def watch(
                 _ask(on_restart, since, log)
                 again.append((time.monotonic() + AGAIN_AFTER_SECONDS, since))
                 seen_alive = clock()
-        elif server.status().running:
+        else:  # alive, or stopped on purpose (no write is acknowledged then)
             seen_alive = clock()
         stop.wait(every)
 

@@ -110,7 +110,7 @@ def _named_tenants(lookups: Iterable[tuple[str, Any]]) -> frozenset[str] | None:
     named: frozenset[str] | None = None
     for lookup, value in lookups:
         parts = lookup.split("__")
-        if parts[0] not in ("tenant", "tenant_id") or not set(parts[1:]) <= _KEY_PARTS or value is None:
+        if not _names_tenant(lookup) or not set(parts[1:]) <= _KEY_PARTS or value is None:
             continue
         if parts[-1] == "in":
             if not isinstance(value, Sequence | set | frozenset) or isinstance(value, str):
