@@ -114,6 +114,7 @@ def _index_share(table: str, rows: int) -> int:
     found = db.fetch_one(
         "SELECT pg_indexes_size(%s::regclass), greatest(reltuples, 1)::bigint FROM pg_class WHERE oid = %s::regclass",
         [table, table],
+        tenant=None,
     )
     if found is None:
         return 0
@@ -135,6 +136,7 @@ def postgres_footprint(tenant: Tenant) -> dict[str, LayerFootprint]:
         f"SELECT e.layer, sum({_row_bytes(Episode, 'e')})::bigint FROM {episodes} e "
         "WHERE e.tenant_id = %s GROUP BY e.layer",
         [tenant.pk],
+        tenant=tenant,
     ):
         layers[layer].postgres_bytes += int(size)
     for layer, size in db.fetch(
@@ -142,6 +144,7 @@ def postgres_footprint(tenant: Tenant) -> dict[str, LayerFootprint]:
         f"JOIN {episodes} e ON e.id = t.episode_id AND e.tenant_id = t.tenant_id "
         "WHERE t.tenant_id = %s GROUP BY e.layer",
         [tenant.pk],
+        tenant=tenant,
     ):
         layers[layer].postgres_bytes += int(size)
     for part in layers.values():

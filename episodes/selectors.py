@@ -116,7 +116,9 @@ def _degree_counts(tenant: Tenant, episode_ids: list[int] | None) -> dict[int, t
 
     params: list[Any] = [tenant.pk, _LIVE] + ([episode_ids] if episode_ids is not None else [])
     rows = db.fetch(
-        f"{each_way(0, 'dst_id', 'src_id')} UNION ALL {each_way(1, 'src_id', 'dst_id')}", params * 2
+        f"{each_way(0, 'dst_id', 'src_id')} UNION ALL {each_way(1, 'src_id', 'dst_id')}",
+        params * 2,
+        tenant=tenant,
     )
     found: dict[int, list[int]] = {}
     for way, pk, n in rows:

@@ -61,7 +61,7 @@ def hot_repair(*, tenant: Tenant, limit: int = 10_000) -> dict[str, int]:
     live_hot: dict[int, bool] = {}
     with_vector: set[int] = set()
     marked_packed: list[int] = []
-    for pk, live, marked, vector in db.fetch(_REPAIR_ROWS, [tenant.pk, State.FORGOTTEN] * 2):
+    for pk, live, marked, vector in db.fetch(_REPAIR_ROWS, [tenant.pk, State.FORGOTTEN] * 2, tenant=tenant):
         if not live:
             marked_packed.append(int(pk))
             continue

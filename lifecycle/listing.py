@@ -16,11 +16,11 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from django.db import connection
 
 from episodes.models import Episode, Layer, State
 from episodes.selectors import tenant_degrees
 from episodes.stores.tables import EPISODES
+from memory_platform import db
 from memory_platform.tenancy.models import Tenant
 
 from . import scoring
@@ -74,7 +74,7 @@ class Listing:
     @classmethod
     def read(cls, tenant: Tenant, policy: Policy, now: datetime) -> Listing:
         columns: list[list[Any]] = [[] for _ in range(19)]
-        with connection.cursor() as cursor:
+        with db.cursor(tenant) as cursor:
             cursor.execute(_SELECT, [Layer.HOT, Layer.HOT, Layer.HOT, Layer.WARM, tenant.pk, State.FORGOTTEN])
             while chunk := cursor.fetchmany(_CHUNK):
                 for column, values in zip(columns, zip(*chunk, strict=True), strict=True):

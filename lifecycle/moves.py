@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import transaction
 
 from episodes.models import Episode, Layer
 from memory_platform import db
@@ -56,6 +56,7 @@ def step_promote(t: Tick) -> None:
     found = db.fetch(
         f"SELECT id, episode_id, {micros_of('started_at')}, access_count_at_start FROM {_WINDOWS} WHERE tenant_id = %s",
         [tenant.pk],
+        tenant=tenant,
     )
     columns = list(zip(*found, strict=True)) or [(), (), (), ()]
     window_ids, episode_ids, started, at_start = (np.asarray(c, dtype=np.int64) for c in columns)
@@ -65,7 +66,7 @@ def step_promote(t: Tick) -> None:
     # A window with no new access restarts, so it begins at most a day before the first new one.
     idle = listed & (count == at_start) & (started < scoring.micros(now - WINDOW_SLIDE))
     if idle.any():
-        with connection.cursor() as cursor:
+        with db.cursor(tenant) as cursor:
             cursor.execute(
                 f"UPDATE {_WINDOWS} SET started_at = %s WHERE tenant_id = %s AND id = ANY(%s)",
                 [now, tenant.pk, window_ids[idle].tolist()],

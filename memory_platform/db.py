@@ -14,10 +14,11 @@ statement would be far slower than planning it each time).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import struct
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -25,6 +26,8 @@ import psycopg
 from django.db import close_old_connections, connection
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
+
+from memory_platform.tenancy import statements
 
 T = TypeVar("T")
 _worker_lock = threading.Lock()
@@ -77,12 +80,15 @@ def register_adapters(sender: Any, connection: Any, **kwargs: Any) -> None:
     connection.connection.adapters.register_dumper(Vector, _VectorDumper)
 
 
-def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    """All rows of ``sql`` (``%s`` placeholders), parameters sent apart, rows in binary.
+def fetch(sql: str, params: Sequence[Any] = (), *, tenant: Any) -> list[tuple[Any, ...]]:
+    """All rows of ``sql`` (``%s`` placeholders), parameters sent apart, rows in binary, for
+    ``tenant`` (a ``Tenant`` or its id; None for a statement on no tenant's table): refused before
+    it is sent unless it is limited to that tenant (``memory_platform.tenancy.statements.check``).
 
     The statement passes through the connection's ``execute_wrappers`` as a Django cursor's would,
     so what watches every statement (the test suite's tenant check, docs/operations/scale-out.md)
     sees these too."""
+    statements.check(sql, params, tenant)
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
 
@@ -96,20 +102,47 @@ def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def expression_values(expressions: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
-    """The values of SQL expressions (each with its parameters), read in one statement."""
+def expression_values(expressions: Sequence[tuple[str, Sequence[Any]]], *, tenant: Any) -> list[Any]:
+    """The values of SQL expressions (each with its parameters), read in one statement for
+    ``tenant``."""
     if not expressions:
         return []
     row = fetch_one(
         "SELECT " + ", ".join(sql for sql, _ in expressions),
         [value for _, values in expressions for value in values],
+        tenant=tenant,
     )
     return list(row or ())
 
 
-def fetch_one(sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-    rows = fetch(sql, params)
+def fetch_one(sql: str, params: Sequence[Any] = (), *, tenant: Any) -> tuple[Any, ...] | None:
+    rows = fetch(sql, params, tenant=tenant)
     return rows[0] if rows else None
+
+
+class _TenantCursor:
+    """A Django cursor whose ``execute`` refuses what ``fetch`` would (``statements.check``)."""
+
+    __slots__ = ("_cursor", "_tenant")
+
+    def __init__(self, cursor: Any, tenant: Any):
+        self._cursor, self._tenant = cursor, tenant
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        statements.check(sql, params, self._tenant)
+        return self._cursor.execute(sql, params)
+
+    def __getattr__(self, name: str) -> Any:  # fetchone, fetchmany, rowcount, ...
+        return getattr(self._cursor, name)
+
+
+@contextlib.contextmanager
+def cursor(tenant: Any) -> Iterator[Any]:
+    """A Django cursor for statements of ``tenant``'s (a ``Tenant`` or its id), each refused before
+    it is sent unless limited to that tenant, as ``fetch``'s are: for writes, and reads that stream
+    (``fetchmany``) or need Django's loaders."""
+    with connection.cursor() as raw:
+        yield _TenantCursor(raw, tenant)
 
 
 def in_worker(fn: Callable[..., T], *args: Any) -> T:

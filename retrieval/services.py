@@ -280,7 +280,7 @@ def _preamble(
     if policy is None:
         policy, values = read_policy_beside(tenant, expressions)
     else:
-        values = db.expression_values(expressions)
+        values = db.expression_values(expressions, tenant=tenant)
     found = iter(values)
     version = next(found) if archive_layers else None
     stale = [int(pk) for pk in next(found)] if search_hot else []

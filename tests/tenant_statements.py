@@ -31,18 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.apps import apps
 from django.db.backends.signals import connection_created
 
-ROOT = Path(__file__).resolve().parents[1]
+from memory_platform.tenancy.statements import TENANT_PREDICATE, tenant_tables
 
-#: Tenant-owned tables that are not distributed by tenant (docs/operations/scale-out.md): a
-#: statement on them alone needs no tenant. Each with its reason.
-NOT_DISTRIBUTED = {
-    "tenancy_apikey": "a reference table: a key is looked up by its prefix before its tenant is known",
-    "tenancy_tenantoperator": "a reference table: the console reads which tenants a staff user operates",
-    "tenancy_auditevent": "a table of the coordinator: a record outlives its tenant (tenant_id set to NULL)",
-}
+ROOT = Path(__file__).resolve().parents[1]
 
 #: What may touch a distributed table without a tenant parameter, and why.
 ALLOWED = {
@@ -57,21 +50,7 @@ ALLOWED = {
 }
 
 
-def tenant_tables() -> dict[str, bool]:
-    """Every tenant-owned model's table, and whether it is distributed by tenant."""
-    from memory_platform.tenancy.models import Tenant
-
-    tables = {}
-    for model in apps.get_models():
-        field = next((f for f in model._meta.fields if f.name == "tenant"), None)
-        if field is not None and field.related_model is Tenant:
-            tables[model._meta.db_table] = model._meta.db_table not in NOT_DISTRIBUTED
-    return tables
-
-
 _SCHEMA = re.compile(r"\s*(CREATE|ALTER|DROP|TRUNCATE|ANALYZE|VACUUM|REINDEX|COMMENT|SET|RESET)\b", re.I)
-# tenant_id compared with parameters: `= %s`, `IN (%s, ...)`, `= ANY(%s)` (Django's and our SQL).
-_TENANT_PREDICATE = re.compile(r'\btenant_id"?\s*(?:=\s*(?:%s|ANY\s*\(\s*%s)|IN\s*\(\s*%s)', re.I)
 _INSERT = re.compile(r'\s*INSERT\s+INTO\s+"?(\w+)"?\s*\(([^)]*)\)', re.I)
 
 
@@ -127,7 +106,7 @@ class Checker:
         insert = _INSERT.match(sql)
         if insert and insert.group(1) in tables and re.search(r"\btenant_id\b", insert.group(2)):
             return Verdict(tables, "insert")
-        if _TENANT_PREDICATE.search(sql):
+        if TENANT_PREDICATE.search(sql):
             return Verdict(tables, "tenant", self.joined_by_key(sql))
         return Verdict(tables, "")
 

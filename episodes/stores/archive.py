@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import numpy as np
-from django.db import connection
 
 from episodes.language import TEXT_CONFIG, query_text
 from episodes.models import Layer
@@ -60,7 +59,7 @@ def turn_counts(tenant: Tenant, layers_version: int | None = None) -> tuple[int,
     tenant_id = str(tenant.pk)
 
     def compute() -> tuple[int | None, tuple[int, int]]:
-        with connection.cursor() as cursor:
+        with db.cursor(tenant_id) as cursor:
             cursor.execute(
                 f"SELECT count(*), count(*) FILTER (WHERE packed) FROM {TURNS} WHERE tenant_id = %s",
                 [tenant_id],
@@ -88,7 +87,7 @@ def layers_version_if_any(tenant: Tenant, layers: tuple[str, ...]) -> int | None
     scans the table for the first one. Ordering by the `(tenant, layer)` index's own columns
     makes the index the only cheap plan, an index-only scan (docs/decisions/0005)."""
     sql, params = layers_version_expression(tenant, layers)
-    row = db.fetch_one(f"SELECT {sql}", params)
+    row = db.fetch_one(f"SELECT {sql}", params, tenant=tenant)
     return None if row is None or row[0] is None else int(row[0])
 
 
@@ -193,7 +192,7 @@ def vector_candidates(
             f"LIMIT %s)"
         )
         args.extend([*params, literal, k])
-    rows = db.fetch(" UNION ALL ".join(parts), args) if parts else []
+    rows = db.fetch(" UNION ALL ".join(parts), args, tenant=tenant) if parts else []
     if not rows:
         return []
     vectors = db.vector_rows([v for _, _, v in rows])  # decoded at once
@@ -273,7 +272,7 @@ def text_search(
             f"AND e.search_vector @@ q.query AND {where} LIMIT %s) c ORDER BY rank DESC, c.id LIMIT %s)"
         )
         args.extend([text, *params, cap, k])
-    rows = db.fetch(" UNION ALL ".join(parts), args)
+    rows = db.fetch(" UNION ALL ".join(parts), args, tenant=tenant)
     # All-words turn matches first (a turn is where a question's words are), then the broad pass,
     # then the shapes'; each thing once, at its first place. Equal ranks go by id (each statement
     # orders by it too): the same memory, exported and imported, ranks the same, whatever order
@@ -305,5 +304,6 @@ def vectors_of(tenant: Tenant, hits: Sequence[ArchiveHit]) -> dict[tuple[int, in
         f"UNION ALL SELECT e.id, NULL::bigint, e.embedding FROM {EPISODES} e WHERE e.tenant_id = %s "
         f"AND e.id = ANY(%s) AND e.embedding IS NOT NULL",
         [tenant_id, turn_ids, tenant_id, episode_ids],
+        tenant=tenant,
     )
     return {(int(e), int(t) if t is not None else None): db.vector_of(v) for e, t, v in rows}

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import transaction
 
 from episodes.models import Episode, State
 from memory_platform import db
@@ -54,7 +54,7 @@ def merge_neighbours(
         found = _merge_neighbours_in_memory(tenant, episode_ids, neighbours=neighbours, threshold=threshold)
         if found is not None:
             return found
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(), db.cursor(tenant) as cursor:
         # Packed episodes only. An owner's few are read through episode_packed_owner (tenant,
         # owner, kind; lifecycle migration 0011) and ranked exactly; a large owner's through the
         # HNSW index of warm and cold rows, which iterative scan keeps useful under the filters
@@ -95,6 +95,7 @@ def _merge_neighbours_in_memory(
             list(episode_ids),
             MERGE_IN_MEMORY + len(episode_ids) + 1,
         ],
+        tenant=tenant,
     )
     if sum(1 for row in found if row[1]) > MERGE_IN_MEMORY or len(found) > MERGE_IN_MEMORY + len(episode_ids):
         return None
@@ -147,5 +148,6 @@ def merge_similarities(tenant: Tenant, pairs: Sequence[tuple[int, int]]) -> dict
         f"{_same_scope('b', 'a')} "
         "WHERE a.embedding IS NOT NULL AND b.embedding IS NOT NULL",
         [[a for a, _ in pairs], [b for _, b in pairs], tenant.pk],
+        tenant=tenant,
     )
     return {(int(a), int(b)): float(sim) for a, b, sim in found}

@@ -96,6 +96,7 @@ def rank_rows(tenant: Tenant, episode_ids: Sequence[int], *, mentioned: bool = F
         f"{columns} FROM {EPISODES} e "
         "WHERE e.tenant_id = %s AND e.id = ANY(%s) AND e.state <> %s",
         [LinkKind.SUPERSEDES.value, tenant.pk, list(episode_ids), State.FORGOTTEN.value],
+        tenant=tenant,
     )
     return [RankRow._make([*row[:10], row[10] if mentioned else (), row[read:]]) for row in rows]
 
@@ -159,6 +160,7 @@ def turns_with_similarity(
             list(leading),
             1 + 2 * span,
         ],
+        tenant=tenant,
     )
     sims: dict[int, float] | None = None if vector is None else {}
     for *fields, sim in rows:
@@ -183,6 +185,7 @@ def turn_texts(tenant: Tenant, turn_ids: Sequence[int]) -> dict[int, TurnRow]:
         "SELECT id, episode_id, seq, public_id, role, text, occurred_at, metadata, language, length(text) "
         f"FROM {TURNS} WHERE tenant_id = %s AND id = ANY(%s)",
         [tenant.pk, list(turn_ids)],
+        tenant=tenant,
     )
     return {
         int(pk): TurnRow(
@@ -202,6 +205,7 @@ def turn_similarities(
         f"SELECT episode_id, id, 1 - (embedding <=> %s::vector) FROM {TURNS} "
         "WHERE tenant_id = %s AND episode_id = ANY(%s) AND embedding IS NOT NULL",
         [db.Vector(vector), tenant.pk, list(episode_ids)],
+        tenant=tenant,
     )
     out: dict[int, list[tuple[int, float]]] = {}
     for episode_id, turn_id, sim in rows:
@@ -215,7 +219,7 @@ def hot_index_stale(tenant: Tenant, limit: int = 200) -> list[int]:
     """The tenant's hot episodes that wait to be (re-)indexed in Redis (at most ``limit``): a write
     that missed it (Redis down or full), or one a moment old (partial index `episode_needs_reindex`)."""
     sql, params = hot_index_stale_expression(tenant, limit)
-    row = db.fetch_one(f"SELECT {sql}", params)
+    row = db.fetch_one(f"SELECT {sql}", params, tenant=tenant)
     return [int(pk) for pk in (row[0] if row else [])]
 
 
@@ -271,25 +275,27 @@ def uses_add(uses: Mapping[tuple[uuid.UUID, int], Use]) -> int:
         by_tenant.setdefault(tenant, []).append(episode)
     own_transaction = not connection.in_atomic_block
     updated = 0
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic():
         if own_transaction:  # never loosen a caller's transaction (ingest commits durably)
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            with db.cursor(None) as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
         # Tenants in one order, and each tenant's episodes locked by id (``_ADD_USES``).
         for tenant in sorted(by_tenant, key=str):
             episodes = sorted(by_tenant[tenant])
-            cursor.execute(
-                _ADD_USES,
-                [
-                    tenant,
-                    episodes,
-                    episodes,
-                    [uses[tenant, e].accesses for e in episodes],
-                    [uses[tenant, e].traversals for e in episodes],
-                    [uses[tenant, e].at for e in episodes],
-                    tenant,
-                ],
-            )
-            updated += int(cursor.rowcount)
+            with db.cursor(tenant) as cursor:
+                cursor.execute(
+                    _ADD_USES,
+                    [
+                        tenant,
+                        episodes,
+                        episodes,
+                        [uses[tenant, e].accesses for e in episodes],
+                        [uses[tenant, e].traversals for e in episodes],
+                        [uses[tenant, e].at for e in episodes],
+                        tenant,
+                    ],
+                )
+                updated += int(cursor.rowcount)
     return updated
 
 
@@ -329,6 +335,7 @@ def one_hop(
             *(tenant.pk, *params, rare + 1, tenant.pk, list(seeds)),
             *(tenant.pk, tenant.pk, list(seeds), LinkKind.MERGED_INTO.value, *params),
         ],
+        tenant=tenant,
     )
     found = [Neighbour(int(s), int(n), via, str(name)) for s, n, via, name in rows]
     holders: dict[tuple[int, str], int] = {}
@@ -363,6 +370,7 @@ def name_holders(
             State.FORGOTTEN.value,
             limit,
         ],
+        tenant=tenant,
     )
     out: dict[str, list[tuple[int, datetime]]] = {}
     for name, episode_id, last in rows:

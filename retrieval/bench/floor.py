@@ -127,7 +127,9 @@ def measure_floor(tenant: Tenant, queries: list[tuple[str, list[float]]]) -> Flo
     }
     if statement:
         calls["packed"] = [
-            functools.partial(db.fetch, statement, _packed_args(tenant, vector, query_text(text), k, cap))
+            functools.partial(
+                db.fetch, statement, _packed_args(tenant, vector, query_text(text), k, cap), tenant=tenant
+            )
             for text, vector in queries
         ]
     # Timed query by query, each part right after the other as a search would need them; then each

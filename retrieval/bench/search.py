@@ -169,7 +169,7 @@ def load_tenant(size: int, rng: np.random.Generator, log: Callable[[str], None])
 
 
 def _database_bytes() -> int:
-    return int(db.fetch("SELECT pg_database_size(current_database())")[0][0])
+    return int(db.fetch("SELECT pg_database_size(current_database())", tenant=None)[0][0])
 
 
 def _redis_bytes() -> int:
@@ -242,12 +242,13 @@ REUSE_SAMPLE = 20_000
 def _sampled_vectors(tenant: Tenant, size: int) -> np.ndarray:
     """The vectors of about ``REUSE_SAMPLE`` of the tenant's episodes, every n-th by id."""
     ids = [
-        pk for (pk,) in db.fetch(f"SELECT id FROM {EPISODES} WHERE tenant_id = %s ORDER BY id", [tenant.pk])
+        pk for (pk,) in db.fetch(f"SELECT id FROM {EPISODES} WHERE tenant_id = %s ORDER BY id", [tenant.pk], tenant=tenant)
     ]
     rows = db.fetch(
         f"SELECT embedding FROM {EPISODES} WHERE tenant_id = %s AND id = ANY(%s) AND embedding IS NOT NULL "
         "ORDER BY id",
         [tenant.pk, ids[:: max(1, size // REUSE_SAMPLE)]],
+        tenant=tenant,
     )
     return db.vector_rows([v for (v,) in rows])
 

@@ -1,6 +1,7 @@
 """The run's statement check (tests/tenant_statements.py) reports a statement on a table
 distributed by tenant that names no tenant, and the ORM's statements for one row name it
-(docs/operations/scale-out.md)."""
+(docs/operations/scale-out.md). The application's raw statements (``memory_platform.db``) are
+refused before they are sent unless they are limited to the tenant they are sent for."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memory_platform import db
+from memory_platform.tenancy.statements import StatementWithoutTenant
 
 pytestmark = pytest.mark.django_db
 
@@ -29,9 +31,8 @@ def test_a_statement_without_its_tenant_is_reported(recorder, caller):
         with connection.cursor() as cursor:
             cursor.execute(WITHOUT_TENANT, [1])
             cursor.execute(WITH_TENANT, [caller.tenant.pk, 1])
-        db.fetch(WITHOUT_TENANT, [2])  # server-side parameters: through the same wrappers
-        db.fetch(WITH_TENANT, [caller.tenant.pk, 2])
-    assert [(u.sql, u.tables) for u in found] == [(WITHOUT_TENANT, ("episodes_turn",))] * 2
+        db.fetch(WITH_TENANT, [caller.tenant.pk, 2], tenant=caller.tenant)  # through the same wrappers
+    assert [(u.sql, u.tables) for u in found] == [(WITHOUT_TENANT, ("episodes_turn",))]
     assert all(u.origin.startswith("tests/platform/test_tenant_statements.py:") for u in found)
 
 
@@ -105,3 +106,62 @@ def test_the_orm_names_the_tenant_of_the_rows_it_reads_and_writes(recorder, call
     assert reads and all(tenant.search(sql) or sql.startswith("INSERT") for sql in reads), reads
     update = next(sql for sql in reads if sql.startswith('UPDATE "episodes_episode"'))
     assert '"episodes_episode"."tenant_id" = ' in update
+
+
+@pytest.mark.parametrize(
+    ("sql", "params"),
+    [
+        (WITHOUT_TENANT, lambda own, other: [1]),
+        (WITH_TENANT, lambda own, other: [other, 1]),  # another tenant's rows
+        ("SELECT id FROM episodes_episode WHERE tenant_id = ANY(%s)", lambda own, other: [[own, other]]),
+        ("SELECT id FROM episodes_episode WHERE tenant_id IN (%s, %s)", lambda own, other: [own, other]),
+        ("SELECT id FROM episodes_episode WHERE tenant_id = 'x' AND id = %s", lambda own, other: [1]),
+        # the tenant compared, but with a column: every tenant's rows
+        (
+            "SELECT t.id FROM episodes_turn t, episodes_episode e WHERE t.tenant_id = e.tenant_id",
+            lambda o, x: [],
+        ),
+    ],
+)
+def test_a_raw_statement_not_limited_to_its_tenant_is_refused_before_it_is_sent(
+    recorder, caller, outsider, sql, params
+):
+    values = params(caller.tenant.pk, outsider.tenant.pk)
+    with recorder.collecting() as found, CaptureQueriesContext(connection) as queries:
+        with pytest.raises(StatementWithoutTenant):
+            db.fetch(sql, values, tenant=caller.tenant)
+        with pytest.raises(StatementWithoutTenant), db.cursor(caller.tenant) as cursor:
+            cursor.execute(sql, values)
+    assert found == [] and queries.captured_queries == []  # nothing reached the database
+
+
+def test_a_raw_write_for_another_tenant_changes_nothing(caller, outsider):
+    from episodes.models import Episode
+
+    caller.post("/api/v1/turns", {"session_id": "s", "turns": [{"role": "user", "text": "hello there"}]})
+    episode = Episode.objects.for_tenant(caller.tenant).get()
+    with pytest.raises(StatementWithoutTenant), db.cursor(outsider.tenant) as cursor:
+        cursor.execute(
+            "UPDATE episodes_episode SET title = %s WHERE tenant_id = %s AND id = %s",
+            ["taken", caller.tenant.pk, episode.pk],
+        )
+    episode.refresh_from_db()
+    assert episode.title != "taken"
+
+
+def test_a_statement_for_no_tenant_may_touch_no_tenants_table(caller):
+    assert db.fetch_one("SELECT 1", tenant=None) == (1,)
+    assert db.fetch_one("SELECT count(*) FROM tenancy_apikey WHERE prefix = %s", ["x"], tenant=None) == (0,)
+    with pytest.raises(StatementWithoutTenant, match="for no tenant"):
+        db.fetch(WITH_TENANT, [caller.tenant.pk, 1], tenant=None)
+
+
+def test_a_raw_statement_limited_to_its_tenant_runs(caller):
+    own = caller.tenant.pk
+    assert db.fetch_one(WITH_TENANT, [own, 1], tenant=caller.tenant) == (0,)
+    assert db.fetch_one(WITH_TENANT, [str(own), 1], tenant=own) == (0,)  # the id as text or a UUID
+    both = "SELECT count(*) FROM episodes_episode WHERE tenant_id IN (%s, %s) AND id = ANY(%s)"
+    assert db.fetch_one(both, [own, own, [1, 2]], tenant=caller.tenant) == (0,)
+    with db.cursor(caller.tenant) as cursor:
+        cursor.execute("SELECT count(*) FROM episodes_turn WHERE tenant_id = ANY(%s)", [[own]])
+        assert cursor.fetchone() == (0,)

@@ -315,7 +315,7 @@ def test_the_planner_knows_the_broad_passs_words(caller, monkeypatch, plan):
     with connection.execute_wrapper(keep):
         archive.text_search(caller.tenant, text="greyhound sister", scope=Scope(layers=("warm",)), k=10)
     (sql, params), *_ = statements
-    plan_text = "\n".join(line for (line,) in db.fetch(f"EXPLAIN {sql}", params))
+    plan_text = "\n".join(line for (line,) in db.fetch(f"EXPLAIN {sql}", params, tenant=caller.tenant))
     broad = "'greyhound' & 'sister'" if plan == "approximate" else "'greyhound' | 'sister'"
     assert broad in plan_text.replace("''", "'")
     assert "string_agg" not in plan_text
