@@ -17,9 +17,10 @@ import functools
 import logging
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-from django.db import models
+from .layers import _Choices
 
 #: Postgres's built-in ``russian`` configuration stems Cyrillic words with Snowball's Russian
 #: stemmer and Latin ones with the English stemmer and stopwords (``asciiword`` maps to
@@ -30,10 +31,10 @@ from django.db import models
 TEXT_CONFIG = "russian"
 
 
-class Language(models.TextChoices):
-    ENGLISH = "en", "English"
-    RUSSIAN = "ru", "Russian"
-    CHINESE = "zh", "Chinese"
+class Language(StrEnum, metaclass=_Choices):
+    ENGLISH = "en"
+    RUSSIAN = "ru"
+    CHINESE = "zh"
 
 
 #: What RediSearch calls each language (its per-document ``LANGUAGE`` and per-query ``LANGUAGE``).

@@ -25,6 +25,7 @@ from . import evidence
 from .evidence import Budget, estimate_tokens
 from .query import DEFAULT_SCOPE, SearchQuery
 from .services import Hit, record_access, search
+from .weights import default_budget
 
 #: At most these shares of the budget go to the standing facts and to this conversation's turns
 #: (the rest, and whatever they leave, to the evidence for the query).
@@ -91,7 +92,7 @@ def context(
     episode_ids = [*shown, *(h.episode.pk for h in relevant)]
     # The turns' similarities to the query, and the text of every turn the evidence may show, in the
     # same statement (the evidence is chosen by them).
-    neighbours = Budget.default().neighbours
+    neighbours = default_budget().neighbours
     around, leading = evidence.candidate_reads(relevant)
     turns, similarity = turns_with_similarity(
         tenant,

@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from episodes.language import stopwords
-from episodes.models import Layer
-from memory_platform.conf import memory_settings
+from episodes.layers import Layer
 
 #: A neighbour of a matched turn stands at this share of its score; the reply to a matched question
 #: at ``REPLY_SHARE``. Chosen so that a question's answer, often the turn after it, is shown (docs/decisions/0039).
@@ -129,13 +128,6 @@ class Budget:
 
     tokens: int
     neighbours: int = 1
-
-    @classmethod
-    def default(cls) -> Budget:
-        return cls(
-            tokens=int(memory_settings.SEARCH_MAX_TOKENS),
-            neighbours=int(memory_settings.SNIPPET_NEIGHBOURS),
-        )
 
 
 def turn_tokens(turn: TurnCost) -> int:

@@ -16,24 +16,27 @@ Ranking reads a few columns of each candidate, and only of those that can still 
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from episodes.models import Episode, State
-from episodes.stores import rows
-from episodes.stores.hot import Feedback
-from episodes.stores.hot_replies import HotHit
+from episodes.layers import State
 from episodes.when import Window, mention_window
 from lifecycle import scoring
 from lifecycle.tenant_policy import Policy
-from memory_platform.conf import memory_settings
-from memory_platform.tenancy.models import Tenant
 
 from .fusion import weighted_rrf
+
+if TYPE_CHECKING:
+    from episodes.models import Episode
+    from episodes.stores.hot import Feedback
+    from episodes.stores.rows import RankRow
+
+    #: Reads the rank rows of these candidates (with the days they mention when the flag is set):
+    #: ``episodes.stores.rows.rank_rows`` for one tenant.
+    ReadRows = Callable[[Sequence[int], bool], list[RankRow]]
 
 
 @dataclass(frozen=True)
@@ -55,31 +58,6 @@ class RetrievalWeights:
     hop_weight: float = 0.0
 
 
-def platform_weights() -> RetrievalWeights:
-    """The platform's fusion settings (``MEMORY``), before any tenant's policy."""
-    return RetrievalWeights(
-        vector=float(memory_settings.RRF_VECTOR_WEIGHT),
-        text=float(memory_settings.RRF_TEXT_WEIGHT),
-        k=int(memory_settings.RRF_K),
-        priority=float(memory_settings.SEARCH_PRIORITY_SHARE),
-        candidates=int(memory_settings.SEARCH_CANDIDATES),
-        feedback=Feedback(
-            docs=int(memory_settings.SEARCH_FEEDBACK_DOCS),
-            weight=float(memory_settings.SEARCH_FEEDBACK_WEIGHT),
-        ),
-        time=float(memory_settings.SEARCH_TIME_BOOST),
-        hops=bool(memory_settings.SEARCH_HOPS),
-        hop_weight=float(memory_settings.SEARCH_HOP_WEIGHT),
-    )
-
-
-def tenant_weights(policy: Policy) -> RetrievalWeights:
-    """The fusion the tenant's policy sets (fusion weights and k) on the platform's settings."""
-    return dataclasses.replace(
-        platform_weights(), vector=policy.rrf_vector_weight, text=policy.rrf_text_weight, k=policy.rrf_k
-    )
-
-
 #: How far each state moves a hit down: a dormant episode (low activity: docs/concepts.md#states) or a
 #: candidate for deletion is still found, below active ones of about the same relevance: it loses ties and
 #: near-ties (near the top of a fused list one rank is worth about 1/(k+1) of the score: 1.6% at k = 60, 9% at
@@ -98,6 +76,9 @@ class Match(Protocol):
     def turn_id(self) -> int | None: ...
     @property
     def score(self) -> float: ...
+    #: The tier that found it: "hot" (Redis) or "postgres".
+    @property
+    def source(self) -> str: ...
 
 
 MIN_SHARE = 0.01
@@ -160,7 +141,7 @@ def fuse(vector: Sequence[Match], text: Sequence[Match], weights: RetrievalWeigh
         if episode_id not in out.relevance:  # best first: the episode's first item is its best
             out.relevance[episode_id] = item.score
             out.explain[episode_id] = {
-                "source": "hot" if isinstance(match, HotHit) else "postgres",
+                "source": match.source,
                 "best_turn_id": pk if kind == "turn" else None,
                 "vector_rank": item.ranks.get("vector"),
                 "text_rank": item.ranks.get("text"),
@@ -169,7 +150,7 @@ def fuse(vector: Sequence[Match], text: Sequence[Match], weights: RetrievalWeigh
     return out
 
 
-def stats_of(row: rows.RankRow | Episode) -> scoring.EpisodeStats:
+def stats_of(row: RankRow | Episode) -> scoring.EpisodeStats:
     """What the priority reads of a candidate."""
     return scoring.EpisodeStats(
         created_at=row.created_at,
@@ -188,7 +169,7 @@ _DAY = timedelta(days=1)
 LOOSE_SHARE = 0.125
 
 
-def time_factor(row: rows.RankRow, when: Sequence[Window], share: float) -> float:
+def time_factor(row: RankRow, when: Sequence[Window], share: float) -> float:
     """1 + ``share`` for an episode that lies in a day, month or year the query names (a loose
     window's ``LOOSE_SHARE`` of it), less the farther it lies outside (``closeness``), 1 without
     a window. The best window counts."""
@@ -218,13 +199,13 @@ def closeness(window: Window, first: datetime, last: datetime, mentioned: Sequen
 
 
 def rank_candidates(
-    tenant: Tenant,
+    read: ReadRows,
     relevance: dict[int, float],
     limit: int,
     weights: RetrievalWeights,
     when: Sequence[Window] = (),
-) -> dict[int, rows.RankRow]:
-    """The candidates that can still reach the top ``limit``, with what ranking reads.
+) -> dict[int, RankRow]:
+    """The candidates that can still reach the top ``limit``, with what ranking reads (``read``).
 
     The priority lifts a score by at most ``1 + weights.priority * scoring.PRIORITY_MAX`` (and a
     time the query names by at most ``1 + weights.time``), so a candidate below the limit-th
@@ -233,7 +214,7 @@ def rank_candidates(
     """
     order = sorted(relevance, key=lambda pk: -relevance[pk])
     lift = (1.0 + weights.priority * scoring.PRIORITY_MAX) * (1.0 + weights.time if when else 1.0)
-    ranked: dict[int, rows.RankRow] = {}
+    ranked: dict[int, RankRow] = {}
     position = 0
     while position < len(order):
         usable = sorted((relevance[pk] for pk in ranked), reverse=True)
@@ -248,15 +229,14 @@ def rank_candidates(
             end += 1
         if end == position:
             break
-        read = rows.rank_rows(tenant, order[position:end], mentioned=bool(when))
-        ranked.update((row.pk, row) for row in read)
+        ranked.update((row.pk, row) for row in read(order[position:end], bool(when)))
         position = end
-    return with_superseders(tenant, ranked, relevance, when)
+    return with_superseders(read, ranked, relevance, when)
 
 
 def with_superseders(
-    tenant: Tenant, ranked: dict[int, rows.RankRow], relevance: dict[int, float], when: Sequence[Window]
-) -> dict[int, rows.RankRow]:
+    read: ReadRows, ranked: dict[int, RankRow], relevance: dict[int, float], when: Sequence[Window]
+) -> dict[int, RankRow]:
     """``ranked`` and the candidates that supersede one of them: whatever its relevance, a
     superseder ranks above what it supersedes (``superseders_first``), so it must be read."""
     tried: set[int] = set()
@@ -267,11 +247,11 @@ def with_superseders(
         if not missing:
             return ranked
         tried |= missing
-        ranked.update((row.pk, row) for row in rows.rank_rows(tenant, sorted(missing), mentioned=bool(when)))
+        ranked.update((row.pk, row) for row in read(sorted(missing), bool(when)))
 
 
 def rerank(
-    ranked: dict[int, rows.RankRow],
+    ranked: dict[int, RankRow],
     relevance: dict[int, float],
     weights: RetrievalWeights,
     policy: Policy,
@@ -306,7 +286,7 @@ SUPERSEDER_MARGIN = 1.0001
 
 
 def superseders_first(
-    scored: list[tuple[int, float, dict[str, float]]], ranked: dict[int, rows.RankRow]
+    scored: list[tuple[int, float, dict[str, float]]], ranked: dict[int, RankRow]
 ) -> list[tuple[int, float, dict[str, float]]]:
     """Each candidate that supersedes another candidate (a newer memory of the same owner that
     states a new value of what the older one says: ``lifecycle.updates``) scored just above it when

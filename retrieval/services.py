@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypedDict
@@ -34,13 +35,9 @@ from memory_platform.tenancy.models import Tenant
 
 from . import hops, usage
 from .query import SearchQuery
-from .ranking import (
-    RetrievalWeights,
-    rank_candidates,
-    rerank,
-    tenant_weights,
-)
+from .ranking import RetrievalWeights, rank_candidates, rerank
 from .tiers import Tiers, search_pool
+from .weights import tenant_weights
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +215,9 @@ def search(
     # model objects (building one for every candidate costs more than the statement).
     # A time the query names lifts the episodes of that time (never a filter).
     timed = when.windows(query.text, now) if weights.time and query.text else []
-    ranked = rank_candidates(tenant, episode_relevance, query.limit, weights, timed)
+    ranked = rank_candidates(
+        functools.partial(_rank_rows, tenant), episode_relevance, query.limit, weights, timed
+    )
     if degraded and ranking is not None:
         hot_ids = [pk for pk, row in ranked.items() if row.layer == Layer.HOT]
         for episode_id, sims in rows.turn_similarities(tenant, hot_ids, ranking).items():
@@ -287,6 +286,10 @@ def _preamble(
     return policy, None if version is None else int(version), stale
 
 
+def _rank_rows(tenant: Tenant, episode_ids: Sequence[int], mentioned: bool) -> list[rows.RankRow]:
+    return rows.rank_rows(tenant, episode_ids, mentioned=mentioned)
+
+
 def _count_search(
     tenant: Tenant, hits: list[Hit], took_ms: float, *, outage: bool, hot: bool, packed: bool, degraded: bool
 ) -> None:
@@ -333,11 +336,12 @@ def _narrow(ids: list[int], within: tuple[int, ...]) -> list[int]:
 def record_access(
     *, tenant: Tenant, episode_ids: list[int], now: datetime, traversed: list[int] | None = None
 ) -> None:
-    """Count a use now, without read-modify-write: one UPDATE adds to the counters and bumps the
-    version, so a migration in flight sees the touch and abandons (docs/concepts.md#halt-on-touch). The API's search
-    queues its uses instead (`usage.recorder`), to be written after the answer."""
+    """Count a use, without read-modify-write: queued (``usage.recorder``) and written within
+    ``MEMORY_USAGE_FLUSH_SECONDS`` with the other uses of that moment, one UPDATE per tenant that
+    adds to the counters and bumps the version, so a migration in flight sees the touch and
+    abandons (docs/concepts.md#halt-on-touch). Inside a transaction it is written at once."""
     if episode_ids or traversed:
-        usage.record(tenant.id, episode_ids, now, traversed or ())
+        usage.recorder.add(tenant.id, episode_ids, now, traversed or ())
 
 
 # --- feedback -------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from .evidence import Budget
 from .query import SearchQuery
 from .ranking import stats_of
 from .services import Hit, SearchResult, record_access, search
+from .weights import default_budget
 
 
 @dataclass
@@ -125,7 +126,7 @@ def hit_bodies(
     (``evidence.Clues``)."""
     ids = [h.episode.pk for h in hits]
     full = {h.episode.pk for h in hits if shapes.shows_turns(h.episode, deep=deep)}
-    budget = budget or Budget.default()
+    budget = budget or default_budget()
     # The turns' similarities to the query, and the text of every turn the choice may show, in the
     # same statement (the evidence is chosen by them).
     unread = [h for h in hits if h.episode.pk not in full] if not deep else []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
@@ -110,6 +110,8 @@ class ArchiveHit:
     episode_id: int
     turn_id: int | None
     score: float
+    #: The tier that found it (``retrieval.ranking.Match``).
+    source: ClassVar[str] = "postgres"
     #: What it is compared by (``vector_candidates``).
     vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 

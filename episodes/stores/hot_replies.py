@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -18,6 +18,8 @@ class HotHit:
     episode_id: int
     turn_id: int | None
     score: float
+    #: The tier that found it (``retrieval.ranking.Match``).
+    source: ClassVar[str] = "hot"
     #: The document's vector, when the query asked for it.
     vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 

@@ -22,6 +22,7 @@ from .. import services, shaping, usage
 from ..context import context
 from ..evidence import Budget
 from ..query import ACTIVE_ONLY, DEFAULT_SCOPE, SearchQuery
+from ..weights import default_budget
 from . import answers
 from . import serializers as s
 
@@ -66,7 +67,7 @@ class SearchView(TenantAPIView):
             hops=d.get("hops"),
         )
         check_min_score(self.tenant, query.min_score, query.vector)
-        default = Budget.default()
+        default = default_budget()
         now = timezone.now()
         # The accesses are queued and written in the background, many searches per statement.
         shaped = shaping.search_shaped(

@@ -242,7 +242,10 @@ REUSE_SAMPLE = 20_000
 def _sampled_vectors(tenant: Tenant, size: int) -> np.ndarray:
     """The vectors of about ``REUSE_SAMPLE`` of the tenant's episodes, every n-th by id."""
     ids = [
-        pk for (pk,) in db.fetch(f"SELECT id FROM {EPISODES} WHERE tenant_id = %s ORDER BY id", [tenant.pk], tenant=tenant)
+        pk
+        for (pk,) in db.fetch(
+            f"SELECT id FROM {EPISODES} WHERE tenant_id = %s ORDER BY id", [tenant.pk], tenant=tenant
+        )
     ]
     rows = db.fetch(
         f"SELECT embedding FROM {EPISODES} WHERE tenant_id = %s AND id = ANY(%s) AND embedding IS NOT NULL "

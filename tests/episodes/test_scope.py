@@ -45,7 +45,9 @@ def test_orm_and_sql_translations_agree(caller, outsider):
     for scope in scopes:
         orm = set(episodes_for(t, scope).values_list("pk", flat=True))
         where, params = scope.sql("e")
-        rows = db.fetch(f"SELECT e.id FROM {EPISODES} e WHERE e.tenant_id = %s AND {where}", [t.pk, *params], tenant=t)
+        rows = db.fetch(
+            f"SELECT e.id FROM {EPISODES} e WHERE e.tenant_id = %s AND {where}", [t.pk, *params], tenant=t
+        )
         assert orm == {r[0] for r in rows}, scope
     by_user = episodes_for(t, Scope(user_id="alice")).values_list("title", flat=True)
     assert list(by_user) == ["e0"]  # exact: not ALICE, not the outsider's alice

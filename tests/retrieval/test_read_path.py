@@ -120,7 +120,8 @@ def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same
 
     from episodes.stores.rows import rank_rows
     from lifecycle.models import policy_row
-    from retrieval.ranking import platform_weights, rank_candidates, rerank
+    from retrieval.ranking import rank_candidates, rerank
+    from retrieval.weights import platform_weights
 
     for i in range(8):
         turns(caller, f"s{i}", [f"note {i}", "ok"])
@@ -140,7 +141,12 @@ def test_ranking_reads_only_candidates_that_can_reach_the_top_and_ranks_the_same
     full = {row.pk: row for row in rank_rows(caller.tenant, ids)}
     assert ids[1] not in full
     for limit in (1, 2, 3, 5, 10):
-        pruned = rank_candidates(caller.tenant, relevance, limit, weights)
+        pruned = rank_candidates(
+            lambda ids, mentioned: rank_rows(caller.tenant, ids, mentioned=mentioned),
+            relevance,
+            limit,
+            weights,
+        )
         assert ids[1] not in pruned
         best = [pk for pk, _, _ in rerank(full, relevance, weights, policy, now)[:limit]]
         assert [pk for pk, _, _ in rerank(pruned, relevance, weights, policy, now)[:limit]] == best
@@ -343,7 +349,7 @@ def test_the_all_words_pass_ranks_at_most_its_cap_of_matches(caller, monkeypatch
 def test_search_reads_its_settings_from_the_tenants_policy(caller):
     from lifecycle.models import MemoryPolicy, read_policy
     from memory_platform.tenancy.models import Tenant
-    from retrieval.ranking import tenant_weights
+    from retrieval.weights import tenant_weights
 
     def default_weights(tenant):
         return tenant_weights(read_policy(tenant))

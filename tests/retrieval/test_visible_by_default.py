@@ -42,7 +42,8 @@ def test_a_tick_years_after_the_turns_leaves_them_findable_by_default_search(cal
 
 def test_a_dormant_memory_ranks_below_an_active_one_as_relevant(caller):
     from lifecycle.models import policy_row
-    from retrieval.ranking import STATE_WEIGHTS, platform_weights, rerank
+    from retrieval.ranking import STATE_WEIGHTS, rerank
+    from retrieval.weights import platform_weights
 
     now = datetime(2026, 6, 1, tzinfo=UTC)
     then = datetime(2026, 5, 1, tzinfo=UTC)

@@ -102,7 +102,7 @@ class Command(BaseCommand):
         if opts["weights"]:
             import dataclasses
 
-            from retrieval.ranking import platform_weights
+            from retrieval.weights import platform_weights
 
             try:
                 v, t, k = opts["weights"].split(",")
