@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, NotRequired, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired, TypedDict, TypeVar, cast
 
 from typing_extensions import Doc
 
@@ -124,6 +124,34 @@ class ColdMemory(_MemoryBody):
 Memory = HotMemory | WarmMemory | ColdMemory
 
 
+class HopExplain(TypedDict):
+    """How a hit reached by a hop was reached."""
+
+    via: Annotated[str, Doc("entity, or link")]
+    name: Annotated[str, Doc("the entity shared, or the link's kind")]
+
+
+class Explain(TypedDict, total=False):
+    """How a hit was ranked (``explain``: docs/concepts.md#how-a-search-is-ranked): where the lists
+    found it and its fused score, then what the ranking made of it."""
+
+    source: Annotated[str, Doc("hot, postgres, or hop (reached from another hit)")]
+    best_turn_id: Annotated[int | str | None, Doc("its best turn (in an answer: that turn's id)")]
+    vector_rank: Annotated[int | None, Doc("its best item's place in the vector list, from 1")]
+    text_rank: Annotated[int | None, Doc("its best item's place in the full-text list, from 1")]
+    rrf: Annotated[float, Doc("its relevance: its best item's weighted RRF score")]
+    hop: HopExplain
+    recency: Annotated[float, Doc("priority term")]
+    frequency: Annotated[float, Doc("priority term")]
+    anchor: Annotated[float, Doc("priority term")]
+    relevance: Annotated[float, Doc("its relevance over the best candidate's, 0-1")]
+    priority: Annotated[float, Doc("the priority, 0-1")]
+    state: Annotated[float, Doc("its state's weight")]
+    time: Annotated[float, Doc("the lift of the time the query names")]
+    supersedes: Annotated[float, Doc("the lift that placed it above a memory it supersedes")]
+    score: float
+
+
 class Hit(TypedDict):
     """A search or activation hit in the full view (``view=full``): the memory's layer part (as in
     its memory's shape) with the turns the answer chose, and the paths to read or unpack it whole."""
@@ -154,7 +182,7 @@ class Hit(TypedDict):
     expand: NotRequired[Annotated[str, Doc("hot: GET here to read it whole")]]
     matched_turn_ids: NotRequired[Annotated[list[str], Doc("the shown turns search matched, best first")]]
     similarity: NotRequired[Annotated[float, Doc("its best turn's cosine to the query (with min_score)")]]
-    explain: NotRequired[Annotated[dict[str, Any], Doc("how it was ranked (with explain)")]]
+    explain: NotRequired[Annotated[Explain, Doc("how it was ranked (with explain)")]]
 
 
 class CompactHit(TypedDict):
@@ -168,7 +196,7 @@ class CompactHit(TypedDict):
     text: str
     state: NotRequired[Annotated[str, State, Doc("only when it is not active")]]
     similarity: NotRequired[Annotated[float, Doc("its best turn's cosine to the query (with min_score)")]]
-    explain: NotRequired[Annotated[dict[str, Any], Doc("how it was ranked (with explain)")]]
+    explain: NotRequired[Annotated[Explain, Doc("how it was ranked (with explain)")]]
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -309,7 +337,7 @@ def hit(
     turns: Sequence[Any],
     shown: Sequence[Any] | None,
     matched: Sequence[tuple[int, float]] = (),
-    explain: dict[str, Any] | None = None,
+    explain: Explain | None = None,
     similarity: float | None = None,
 ) -> Hit:
     """A search or activation result: the layer's part and its unpack handle. ``turns`` holds the
@@ -358,7 +386,7 @@ _Scored = TypeVar("_Scored", Hit, CompactHit)
 
 
 def _with_scores(
-    body: _Scored, similarity: float | None, explain: dict[str, Any] | None, turns: Sequence[Any]
+    body: _Scored, similarity: float | None, explain: Explain | None, turns: Sequence[Any]
 ) -> _Scored:
     """A hit's ``similarity`` (with ``min_score``) and ``explain`` parts, when asked for. Search
     explains a hit by its best turn's internal id; the answer names that turn by its public id
@@ -366,7 +394,7 @@ def _with_scores(
     if similarity is not None:
         body["similarity"] = round(similarity, 6)
     if explain:
-        shown = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in explain.items()}
+        shown = cast(Explain, {k: (round(v, 6) if isinstance(v, float) else v) for k, v in explain.items()})
         if shown.get("best_turn_id") is not None:
             ids = {t.pk: t.public_id for t in turns}
             shown["best_turn_id"] = ids.get(shown["best_turn_id"])
@@ -418,7 +446,7 @@ def compact_hit(
     turns: Sequence[Any],
     shown: Sequence[Any] | None,
     framed: bool = True,
-    explain: dict[str, Any] | None = None,
+    explain: Explain | None = None,
     similarity: float | None = None,
 ) -> CompactHit:
     """A search hit as an agent reads it (``view=compact``, the default): which memory, in which

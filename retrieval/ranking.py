@@ -20,9 +20,10 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from episodes.layers import State
+from episodes.shapes import Explain
 from episodes.when import Window, mention_window
 from lifecycle import scoring
 from lifecycle.tenant_policy import Policy
@@ -120,7 +121,7 @@ class Fusion:
     #: Per episode, its matched turns and their fused scores, best first.
     turns: dict[int, list[tuple[int, float]]]
     relevance: dict[int, float]
-    explain: dict[int, dict[str, Any]]
+    explain: dict[int, Explain]
 
 
 def fuse(vector: Sequence[Match], text: Sequence[Match], weights: RetrievalWeights) -> Fusion:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import TypedDict, cast
 
 import numpy as np
 from django.db import connection
@@ -24,6 +24,7 @@ from episodes.language import query_language, query_terms
 from episodes.models import Episode, Layer
 from episodes.scope import ALL_LAYERS
 from episodes.services import EpisodeNotFound
+from episodes.shapes import Explain
 from episodes.stores import archive, rows
 from episodes.stores.hot import HotUnavailable, hot_store, unavailable_reason
 from lifecycle.policy_rows import read_policy_beside
@@ -48,7 +49,7 @@ class Hit:
     relevance: float
     score: float = 0.0
     matched: list[tuple[int, float]] = field(default_factory=list)  # (turn id, fused score)
-    explain: dict[str, Any] = field(default_factory=dict)
+    explain: Explain = field(default_factory=lambda: Explain())
     #: The best cosine similarity of the query to a turn of the episode (with ``min_score``).
     similarity: float | None = None
 
@@ -234,7 +235,7 @@ def search(
             matched=matched.get(pk, []),
         )
         if query.explain:
-            hit.explain = {**explain.get(pk, {}), **parts, "score": score}
+            hit.explain = cast(Explain, {**explain.get(pk, {}), **parts, "score": score})
         hits.append(hit)
     if query.min_score is not None:
         hits = _at_least(tenant, hits, vector, query.min_score)

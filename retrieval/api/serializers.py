@@ -21,7 +21,9 @@ class ScopeFilters(serializers.Serializer):
 
 
 class SearchInSerializer(StrictSerializer, ScopeFilters):
-    query = serializers.CharField(required=False, allow_blank=True, max_length=4000, default="")
+    query = serializers.CharField(
+        required=False, allow_blank=True, max_length=4000, default="", trim_whitespace=False
+    )
     vector = VectorField()
     kinds = serializers.ListField(
         child=serializers.CharField(max_length=50), required=False, default=list, max_length=20
@@ -104,12 +106,16 @@ class SearchInSerializer(StrictSerializer, ScopeFilters):
 
 class ActivateInSerializer(StrictSerializer, ScopeFilters):
     kind = serializers.CharField(max_length=50)
-    query = serializers.CharField(required=False, allow_blank=True, max_length=4000, default="")
+    query = serializers.CharField(
+        required=False, allow_blank=True, max_length=4000, default="", trim_whitespace=False
+    )
     limit = serializers.IntegerField(required=False, min_value=1, max_value=50)
 
 
 class ContextInSerializer(StrictSerializer, ScopeFilters):
-    query = serializers.CharField(required=False, allow_blank=True, max_length=4000, default="")
+    query = serializers.CharField(
+        required=False, allow_blank=True, max_length=4000, default="", trim_whitespace=False
+    )
     max_tokens = serializers.IntegerField(required=False, min_value=50, max_value=200_000, default=2000)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=50, default=10)
     min_score = serializers.FloatField(

@@ -39,6 +39,7 @@ from rights.deletion import drop_tenant
 
 from . import cpu, deployments, revisions
 from .floor import measure_floor
+from .load import load_rows
 from .server import Server, measure_http
 from .text import sentence
 
@@ -270,12 +271,18 @@ def run_search_bench(
     reuse: bool = False,
     compare_redis: str | None = None,
     against: str | None = None,
+    clients: Sequence[int] = (),
+    seconds: float = 15.0,
+    url: str | None = None,
 ) -> list[dict[str, Any]]:
     """``against``: a git revision whose search is timed beside this tree's, query by query, in the
-    service and over HTTP (``revisions``)."""
+    service and over HTTP (``revisions``). ``clients``: loads of that many concurrent clients over
+    HTTP, ``seconds`` each (``load``), against ``url`` or the run's own web server."""
     with contextlib.ExitStack() as stack:
         other = stack.enter_context(revisions.checkout(against, log)) if against else None
-        return _run(sizes, queries, seed, keep, log, reuse, compare_redis, other)
+        return _run(
+            sizes, queries, seed, keep, log, reuse, compare_redis, other, (list(clients), seconds, url)
+        )
 
 
 def _run(
@@ -287,6 +294,7 @@ def _run(
     reuse: bool,
     compare_redis: str | None,
     against: tuple[Path, str] | None,
+    load: tuple[list[int], float, str | None] = ([], 0.0, None),
 ) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
     get_embedder("local").embed(["warm-up"])
@@ -377,6 +385,12 @@ def _run(
                 ports = (server.port, servers[1].port)
                 results.extend(
                     revisions.measure(size, tenant, secret, warm, qs, against, ports, _percentiles, log)
+                )
+            if load[0]:
+                results.extend(
+                    load_rows(
+                        size, load[2] or f"http://127.0.0.1:{server.port}", secret, qs, load[0], load[1], log
+                    )
                 )
             if compare_redis:
                 log(f"  measuring the service on the default Redis and on {deployments.kind(compare_redis)}")

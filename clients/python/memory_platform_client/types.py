@@ -71,13 +71,39 @@ class _CompactHit(TypedDict):
     text: str
 
 
+class HopExplainJson(TypedDict):
+    via: str
+    name: str
+
+
+class ExplainJson(TypedDict, total=False):
+    """How a hit was ranked (``explain=True``): where the lists found it, then what the ranking
+    made of it."""
+
+    source: str
+    best_turn_id: str | None
+    vector_rank: int | None
+    text_rank: int | None
+    rrf: float
+    hop: HopExplainJson
+    recency: float
+    frequency: float
+    anchor: float
+    relevance: float
+    priority: float
+    state: float
+    time: float
+    supersedes: float
+    score: float
+
+
 @final
 class CompactHitJson(_CompactHit, total=False):
     """A hit in the compact view (the default): its ``text`` is what the platform chose to show."""
 
     state: str
     similarity: float
-    explain: dict[str, Any]
+    explain: ExplainJson
 
 
 class _Hit(TypedDict):
@@ -113,7 +139,7 @@ class HitJson(_Hit, total=False):
     expand: str
     matched_turn_ids: list[str]
     similarity: float
-    explain: dict[str, Any]
+    explain: ExplainJson
 
 
 class SearchExplainJson(TypedDict):

@@ -69,6 +69,23 @@ class Command(BaseCommand):
             ),
         )
         parser.add_argument(
+            "--clients",
+            default=None,
+            help=(
+                "search: also a load of this many concurrent clients over HTTP (a list: 1,4,16), each "
+                "for --seconds, with the searches per second and the latency they saw"
+            ),
+        )
+        parser.add_argument(
+            "--seconds", type=float, default=15.0, help="search: how long each --clients load runs"
+        )
+        parser.add_argument(
+            "--url",
+            default=None,
+            help="search: the --clients load against this running platform (make run's: http://127.0.0.1:8000) "
+            "instead of the web server the run starts",
+        )
+        parser.add_argument(
             "--reuse",
             action="store_true",
             help=(
@@ -145,6 +162,9 @@ class Command(BaseCommand):
                 log=log,
                 compare_redis=opts["compare_redis"],
                 against=opts["against"],
+                clients=[int(n) for n in opts["clients"].split(",")] if opts["clients"] else [],
+                seconds=opts["seconds"],
+                url=opts["url"],
             )
         except RevisionError as exc:
             raise CommandError(f"--against: {exc}") from None

@@ -1,0 +1,104 @@
+"""`bench search --clients 1,4,16`: throughput under load. Each of N clients, a thread with its own
+connection, sends ``POST /search`` one after the other for a fixed time, each its own turn through
+the queries; what counts is searches per second over all of them and the latency each one saw.
+
+Against the web server the run starts (one gunicorn worker of 4 threads, as `bench search` serves)
+or, with ``--url``, against a running platform (`make run`, whose data the bench's tenant shares).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+#: Query texts with their vectors, as `bench search` makes them.
+Queries = list[tuple[str, list[float]]]
+
+
+def measure_load(
+    url: str, secret: str, queries: Queries, clients: int, seconds: float, *, with_vector: bool = True
+) -> dict[str, Any]:
+    """``clients`` clients searching ``url`` for ``seconds``: searches per second, their latency's
+    percentiles (ms), and the answers that were not 200 (each one counted, none timed)."""
+    place = urlsplit(url)
+    host, port = place.hostname or "127.0.0.1", place.port or 80
+    headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
+    bodies = [
+        json.dumps({"query": text, "limit": 10, **({"vector": vector} if with_vector else {})})
+        for text, vector in queries
+    ]
+    times: list[list[float]] = [[] for _ in range(clients)]
+    failed = [0] * clients
+    start = threading.Barrier(clients + 1)
+    deadline = [0.0]
+
+    def client(n: int) -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=60)
+        i = n * len(bodies) // clients
+        start.wait()
+        while time.perf_counter() < deadline[0]:
+            began = time.perf_counter()
+            conn.request("POST", "/api/v1/search", body=bodies[i % len(bodies)], headers=headers)
+            response = conn.getresponse()
+            response.read()
+            if response.status == 200:
+                times[n].append((time.perf_counter() - began) * 1000)
+            else:
+                failed[n] += 1
+            i += 1
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    began = time.perf_counter()
+    deadline[0] = began + seconds
+    start.wait()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    every = np.asarray([t for each in times for t in each] or [0.0])
+    return {
+        "clients": clients,
+        "seconds": round(elapsed, 2),
+        "searches": int(sum(len(each) for each in times)),
+        "searches_per_s": round(sum(len(each) for each in times) / elapsed, 1),
+        "p50": round(float(np.percentile(every, 50)), 2),
+        "p95": round(float(np.percentile(every, 95)), 2),
+        "failed": sum(failed),
+    }
+
+
+def load_rows(
+    size: int,
+    url: str,
+    secret: str,
+    queries: Queries,
+    clients: list[int],
+    seconds: float,
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """One row of `bench search`'s results for each number of clients."""
+    rows = []
+    for n in clients:
+        log(f"  {n} client(s) searching {url} for {seconds:g} s")
+        found = measure_load(url, secret, queries, n, seconds)
+        rows.append(
+            {
+                "episodes": size,
+                "path": f"HTTP load, {n} client(s), caller vector",
+                "queries": found["searches"],
+                "p50": found["p50"],
+                "p95": found["p95"],
+                "p99": "",
+                **found,
+            }
+        )
+    return rows
