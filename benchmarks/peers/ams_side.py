@@ -26,7 +26,7 @@ import time
 import uuid
 from typing import Any
 
-from common import HERE, WORK, log, model_dir, percentiles, recall_at_10
+from common import HERE, WORK, load_measurer, load_row, log, model_dir, percentiles, recall_at_10
 
 EMBEDDING_MODEL = "local/all-MiniLM-L6-v2"
 BYTES_PER_MEMORY = 4000  # a generous estimate of what one memory takes in Redis (hash, vector, HNSW)
@@ -204,7 +204,11 @@ def run_search(
     texts: list[str],
     queries: list[str],
     torch_threads: int,
+    clients: list[int] = (),  # type: ignore[assignment]
+    seconds: float = 15.0,
 ) -> list[dict]:
+    """Search latency one query at a time, then (``clients``) loads of that many concurrent clients
+    for ``seconds`` each, as the platform's side measures them."""
     rows = []
     for size in sizes:
         ams = AMS(redis_url, [corpus], torch_threads)
@@ -254,6 +258,16 @@ def run_search(
                     **percentiles(times),
                 }
             )
+            load = load_measurer()
+            bodies = [
+                json.dumps({"text": q, "limit": 10, "namespace": {"eq": "bench"}}) for q in queries[20:]
+            ]
+            for n in clients:
+                log(f"AMS: {size}: {n} client(s) over HTTP for {seconds:g} s")
+                found = load.measure_load(
+                    f"http://127.0.0.1:{ams.port}/v1/long-term-memory/search", bodies, n, seconds, headers={}
+                )
+                rows.append(load_row("AMS", "HTTP load, query embedded", size, found))
         finally:
             ams.stop()
             left = ams.drop()

@@ -122,3 +122,27 @@ def recall_at_10(found: list[list[str]], evidence: list[set[str]]) -> float:
 
 def read_locomo_export(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
+
+
+def load_measurer():  # type: ignore[no-untyped-def]
+    """The project's load measurement (``retrieval/bench/load.py``: ``measure_load``), read from its
+    file: it uses the standard library and numpy alone, so each side, in its own venv, loads its
+    system the same way."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("platform_load", ROOT / "retrieval" / "bench" / "load.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def load_row(system: str, path: str, size: int, found: dict[str, Any]) -> dict[str, Any]:
+    """One row of the latency table for a load of ``found['clients']`` clients."""
+    return {
+        "system": system,
+        "path": f"{path}, {found['clients']} client(s)",
+        "memories": size,
+        "load_s": "",
+        "n": found["searches"],
+        **found,
+    }

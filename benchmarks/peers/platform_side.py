@@ -78,7 +78,7 @@ def load_tenant(tenant, texts: list[str], vectors: np.ndarray) -> float:  # type
 
 
 def cmd_search(args: argparse.Namespace) -> dict:
-    from common import make_corpus, make_queries, percentiles
+    from common import load_measurer, load_row, make_corpus, make_queries, percentiles
 
     from memory_platform.embeddings import get_embedder
     from memory_platform.tenancy.services import api_key_create
@@ -138,6 +138,17 @@ def cmd_search(args: argparse.Namespace) -> dict:
                         **percentiles(times),
                     }
                 )
+            load = load_measurer()
+            for n in [int(c) for c in args.clients.split(",") if c]:
+                log(f"{size}: {n} client(s) over HTTP for {args.seconds:g} s, query embedded")
+                found = load.measure_load(
+                    f"http://127.0.0.1:{server.port}/api/v1/search",
+                    load.search_bodies(measured, with_vector=False),
+                    n,
+                    args.seconds,
+                    headers={"Authorization": f"Bearer {secret}"},
+                )
+                rows.append(load_row("platform", "HTTP load, query embedded", size, found))
     finally:
         server.stop()
         for tenant in loaded:
@@ -213,6 +224,8 @@ def main() -> None:
     s.add_argument("--sizes", default="10000")
     s.add_argument("--seed", type=int, default=7)
     s.add_argument("--queries", type=int, default=200)
+    s.add_argument("--clients", default="", help="loads of this many concurrent clients over HTTP: 1,4,16")
+    s.add_argument("--seconds", type=float, default=15.0)
     loc = sub.add_parser("locomo")
     loc.add_argument("path")
     exp = sub.add_parser("locomo-export")

@@ -117,12 +117,12 @@ def table(result: dict) -> str:
         " unless the path says caller vector):"
     )
     lines.append("")
-    lines.append("| memories | system | path | p50 ms | p95 ms | queries | load (s) |")
-    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+    lines.append("| memories | system | path | p50 ms | p95 ms | queries | load (s) | searches/s |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in sorted(result["latency"], key=lambda r: (r["memories"], r["system"] != "platform", r["system"])):
         lines.append(
             f"| {r['memories']:,} | {r['system']} | {r['path']} | {r['p50']} | {r['p95']} | {r['n']} |"
-            f" {r['load_s']} |"
+            f" {r['load_s']} | {r.get('searches_per_s', '')} |"
         )
     emb = result.get("query_embedding", {})
     if emb:
@@ -140,6 +140,14 @@ def table(result: dict) -> str:
         mem0 = by.get((size, "mem0", "in-process, query embedded"))
         if http and ams:
             ratios.append(f"{size:,}: AMS HTTP p95 / platform HTTP p95 = {ams['p95'] / http['p95']:.2f}")
+        for n in sorted({r["clients"] for r in result["latency"] if "clients" in r}):
+            ours = by.get((size, "platform", f"HTTP load, query embedded, {n} client(s)"))
+            theirs = by.get((size, "AMS", f"HTTP load, query embedded, {n} client(s)"))
+            if ours and theirs and theirs["searches_per_s"]:
+                ratios.append(
+                    f"{size:,}, {n} client(s): platform / AMS searches per second = "
+                    f"{ours['searches_per_s'] / theirs['searches_per_s']:.2f}"
+                )
         if svc and mem0:
             ratios.append(f"{size:,}: mem0 p95 / platform service p95 = {mem0['p95'] / svc['p95']:.2f}")
     if ratios:
@@ -180,6 +188,12 @@ def main() -> None:
         help="torch threads of the peers' embedder (1: on two shared cores, 2 threads "
         "spin against other work and a query's embedding takes 10x longer)",
     )
+    parser.add_argument(
+        "--clients",
+        default="1,4,16",
+        help="loads of this many concurrent clients over HTTP after the latency (empty: none)",
+    )
+    parser.add_argument("--seconds", type=float, default=15.0, help="how long each load runs")
     parser.add_argument("--locomo", default=str(LOCOMO_DEV))
     args = parser.parse_args()
     systems = set(args.systems.split(","))
@@ -216,7 +230,17 @@ def main() -> None:
         )
         if "platform" in systems:
             out = platform_side(
-                "search", "--sizes", args.sizes, "--seed", str(args.seed), "--queries", str(args.queries)
+                "search",
+                "--sizes",
+                args.sizes,
+                "--seed",
+                str(args.seed),
+                "--queries",
+                str(args.queries),
+                "--clients",
+                args.clients,
+                "--seconds",
+                str(args.seconds),
             )
             result["latency"] += out["rows"]
             result["query_embedding"]["platform's embed_one"] = out["query_embedding"]
@@ -230,7 +254,16 @@ def main() -> None:
             import ams_side
 
             t, v = corpus_paths(max(sizes), args.seed)
-            rows = ams_side.run_search(redis_url, sizes, (str(t), str(v)), texts, queries, args.torch_threads)
+            rows = ams_side.run_search(
+                redis_url,
+                sizes,
+                (str(t), str(v)),
+                texts,
+                queries,
+                args.torch_threads,
+                clients=[int(c) for c in args.clients.split(",") if c],
+                seconds=args.seconds,
+            )
             result["latency"] += rows
             measured = {r["memories"] for r in rows}
             result["skipped"] += [

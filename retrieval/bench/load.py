@@ -23,29 +23,27 @@ Queries = list[tuple[str, list[float]]]
 
 
 def measure_load(
-    url: str, secret: str, queries: Queries, clients: int, seconds: float, *, with_vector: bool = True
+    url: str, bodies: list[str], clients: int, seconds: float, *, headers: dict[str, str]
 ) -> dict[str, Any]:
-    """``clients`` clients searching ``url`` for ``seconds``: searches per second, their latency's
-    percentiles (ms), and the answers that were not 200 (each one counted, none timed)."""
+    """``clients`` clients POSTing ``bodies`` (JSON, in turn) to ``url`` for ``seconds``: requests
+    per second, their latency's percentiles (ms), and the answers that were not 200 (each one
+    counted, none timed). Standard library and numpy only: the peers' benchmark loads its peers
+    with it too (``benchmarks/peers``)."""
     place = urlsplit(url)
-    host, port = place.hostname or "127.0.0.1", place.port or 80
-    headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
-    bodies = [
-        json.dumps({"query": text, "limit": 10, **({"vector": vector} if with_vector else {})})
-        for text, vector in queries
-    ]
+    host, port, path = place.hostname or "127.0.0.1", place.port or 80, place.path or "/"
+    headers = {"Content-Type": "application/json", **headers}
     times: list[list[float]] = [[] for _ in range(clients)]
     failed = [0] * clients
     start = threading.Barrier(clients + 1)
     deadline = [0.0]
 
     def client(n: int) -> None:
-        conn = http.client.HTTPConnection(host, port, timeout=60)
+        conn = http.client.HTTPConnection(host, port, timeout=120)
         i = n * len(bodies) // clients
         start.wait()
         while time.perf_counter() < deadline[0]:
             began = time.perf_counter()
-            conn.request("POST", "/api/v1/search", body=bodies[i % len(bodies)], headers=headers)
+            conn.request("POST", path, body=bodies[i % len(bodies)], headers=headers)
             response = conn.getresponse()
             response.read()
             if response.status == 200:
@@ -64,16 +62,25 @@ def measure_load(
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - began
+    done = sum(len(each) for each in times)
     every = np.asarray([t for each in times for t in each] or [0.0])
     return {
         "clients": clients,
         "seconds": round(elapsed, 2),
-        "searches": int(sum(len(each) for each in times)),
-        "searches_per_s": round(sum(len(each) for each in times) / elapsed, 1),
+        "searches": done,
+        "searches_per_s": round(done / elapsed, 1),
         "p50": round(float(np.percentile(every, 50)), 2),
         "p95": round(float(np.percentile(every, 95)), 2),
         "failed": sum(failed),
     }
+
+
+def search_bodies(queries: Queries, *, with_vector: bool) -> list[str]:
+    """``POST /search`` bodies of the queries, with their vectors or for the server to embed."""
+    return [
+        json.dumps({"query": text, "limit": 10, **({"vector": vector} if with_vector else {})})
+        for text, vector in queries
+    ]
 
 
 def load_rows(
@@ -89,7 +96,13 @@ def load_rows(
     rows = []
     for n in clients:
         log(f"  {n} client(s) searching {url} for {seconds:g} s")
-        found = measure_load(url, secret, queries, n, seconds)
+        found = measure_load(
+            url.rstrip("/") + "/api/v1/search",
+            search_bodies(queries, with_vector=True),
+            n,
+            seconds,
+            headers={"Authorization": f"Bearer {secret}"},
+        )
         rows.append(
             {
                 "episodes": size,
