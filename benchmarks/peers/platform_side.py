@@ -78,12 +78,12 @@ def load_tenant(tenant, texts: list[str], vectors: np.ndarray) -> float:  # type
 
 
 def cmd_search(args: argparse.Namespace) -> dict:
-    from common import load_measurer, load_row, make_corpus, make_queries, percentiles
+    from common import make_corpus, make_queries, percentiles
 
     from memory_platform.embeddings import get_embedder
     from memory_platform.tenancy.services import api_key_create
     from retrieval.bench.search import measure_service
-    from retrieval.bench.server import Server, measure_http
+    from retrieval.bench.server import MAKE_RUN_WORKERS, Server, measure_http
     from rights.deletion import drop_tenant
 
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -138,22 +138,37 @@ def cmd_search(args: argparse.Namespace) -> dict:
                         **percentiles(times),
                     }
                 )
-            load = load_measurer()
-            for n in [int(c) for c in args.clients.split(",") if c]:
-                log(f"{size}: {n} client(s) over HTTP for {args.seconds:g} s, query embedded")
-                found = load.measure_load(
-                    f"http://127.0.0.1:{server.port}/api/v1/search",
-                    load.search_bodies(measured, with_vector=False),
-                    n,
-                    args.seconds,
-                    headers={"Authorization": f"Bearer {secret}"},
+            clients = [int(c) for c in args.clients.split(",") if c]
+            if clients:
+                rows += _loads(
+                    size, secret, measured, clients, args.seconds, Server(workers=MAKE_RUN_WORKERS)
                 )
-                rows.append(load_row("platform", "HTTP load, query embedded", size, found))
     finally:
         server.stop()
         for tenant in loaded:
             drop_tenant(tenant, now=timezone.now(), log=lambda line: log(line))
     return {"rows": rows, "query_embedding": percentiles(embed_times)}
+
+
+def _loads(size: int, secret: str, queries: list, clients: list[int], seconds: float, server) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Loads of ``clients`` concurrent clients over HTTP, the query embedded by the server, on a
+    web server served as `make run` serves (its workers warmed up first, not counted)."""
+    from common import load_measurer, load_row
+
+    load = load_measurer()
+    target = f"http://127.0.0.1:{server.port}/api/v1/search"
+    bodies = load.search_bodies(queries, with_vector=False)
+    auth = {"Authorization": f"Bearer {secret}"}
+    rows = []
+    try:
+        load.measure_load(target, bodies, max(clients), load.WARM_UP_SECONDS, headers=auth)
+        for n in clients:
+            log(f"{size}: {n} client(s) over HTTP for {seconds:g} s, query embedded")
+            found = load.measure_load(target, bodies, n, seconds, headers=auth)
+            rows.append(load_row("platform", "HTTP load, query embedded", size, found))
+    finally:
+        server.stop()
+    return rows
 
 
 def cmd_locomo(args: argparse.Namespace) -> dict:

@@ -1,9 +1,12 @@
 """`bench search --clients 1,4,16`: throughput under load. Each of N clients, a thread with its own
 connection, sends ``POST /search`` one after the other for a fixed time, each its own turn through
 the queries; what counts is searches per second over all of them and the latency each one saw.
+Before the first load, as many clients as the largest one search for ``WARM_UP_SECONDS``, not
+counted (every web worker loads its model on its first search).
 
-Against the web server the run starts (one gunicorn worker of 4 threads, as `bench search` serves)
-or, with ``--url``, against a running platform (`make run`, whose data the bench's tenant shares).
+Against a web server the run starts as `make run` serves (``server.MAKE_RUN_WORKERS`` workers of 4
+threads) or, with ``--url``, against a running platform (`make run`, whose data the bench's tenant
+shares; its rate limits then count).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import numpy as np
 
 #: Query texts with their vectors, as `bench search` makes them.
 Queries = list[tuple[str, list[float]]]
+
+WARM_UP_SECONDS = 5.0
 
 
 def measure_load(
@@ -94,15 +99,13 @@ def load_rows(
 ) -> list[dict[str, Any]]:
     """One row of `bench search`'s results for each number of clients."""
     rows = []
+    bodies = search_bodies(queries, with_vector=True)
+    auth = {"Authorization": f"Bearer {secret}"}
+    target = url.rstrip("/") + "/api/v1/search"
+    measure_load(target, bodies, max(clients), WARM_UP_SECONDS, headers=auth)
     for n in clients:
         log(f"  {n} client(s) searching {url} for {seconds:g} s")
-        found = measure_load(
-            url.rstrip("/") + "/api/v1/search",
-            search_bodies(queries, with_vector=True),
-            n,
-            seconds,
-            headers={"Authorization": f"Bearer {secret}"},
-        )
+        found = measure_load(target, bodies, n, seconds, headers=auth)
         rows.append(
             {
                 "episodes": size,

@@ -40,7 +40,7 @@ from rights.deletion import drop_tenant
 from . import cpu, deployments, revisions
 from .floor import measure_floor
 from .load import load_rows
-from .server import Server, measure_http
+from .server import MAKE_RUN_WORKERS, Server, measure_http
 from .text import sentence
 
 BATCH = 2000
@@ -387,11 +387,7 @@ def _run(
                     revisions.measure(size, tenant, secret, warm, qs, against, ports, _percentiles, log)
                 )
             if load[0]:
-                results.extend(
-                    load_rows(
-                        size, load[2] or f"http://127.0.0.1:{server.port}", secret, qs, load[0], load[1], log
-                    )
-                )
+                results.extend(_loads(size, secret, qs, load, log))
             if compare_redis:
                 log(f"  measuring the service on the default Redis and on {deployments.kind(compare_redis)}")
                 times_on = deployments.compare(tenant, qs, compare_redis, log)
@@ -408,6 +404,26 @@ def _run(
             for tenant in loaded:
                 drop_tenant(tenant, now=timezone.now(), log=lambda line: log(f"  {line}"))
     return results
+
+
+def _loads(
+    size: int,
+    secret: str,
+    queries: list[tuple[str, list[float]]],
+    load: tuple[list[int], float, str | None],
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """The ``--clients`` loads, against ``--url`` or a web server started for them as `make run`
+    serves."""
+    clients, seconds, url = load
+    if url:
+        return load_rows(size, url, secret, queries, clients, seconds, log)
+    log(f"  starting a web server of {MAKE_RUN_WORKERS} workers, as make run serves, for the load")
+    served = Server(workers=MAKE_RUN_WORKERS)
+    try:
+        return load_rows(size, f"http://127.0.0.1:{served.port}", secret, queries, clients, seconds, log)
+    finally:
+        served.stop()
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

@@ -64,11 +64,17 @@ def child_env() -> dict[str, str]:
     return env
 
 
+#: The web workers `make run` starts (``WEB_WORKERS`` in ``bin/run``): what a load is served by.
+MAKE_RUN_WORKERS = 2
+
+
 class Server:
     """gunicorn on a free loopback port, with this process's settings and data directory, serving
-    the code under ``root`` (this tree's by default; another revision's checkout for ``--against``)."""
+    the code under ``root`` (this tree's by default; another revision's checkout for ``--against``)
+    with ``workers`` processes of 4 threads (one by default, so the model loads once; a load is
+    served as `make run` serves, ``MAKE_RUN_WORKERS``)."""
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, workers: int = 1) -> None:
         self.port = free_port()
         env = child_env()
         root = root or Path(settings.BASE_DIR)
@@ -80,9 +86,9 @@ class Server:
                 "memory_platform.wsgi:application",
                 "--bind",
                 f"127.0.0.1:{self.port}",
-                # As `make run` serves (gthread), one worker so the model loads once.
+                # As `make run` serves (gthread).
                 "--workers",
-                "1",
+                str(workers),
                 "--threads",
                 "4",
                 "--worker-class",
