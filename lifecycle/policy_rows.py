@@ -32,7 +32,7 @@ def read_policy_beside(
     policy row yet gets it created, and the expressions are read by a second statement."""
     selected = "".join(f", {sql}" for sql, _ in expressions)
     params = [value for _, values in expressions for value in values]
-    row = db.fetch_one(_policy_query(selected), [*params, tenant.pk], tenant=tenant, prepare=True)
+    row = db.fetch_one(_policy_query(selected), [*params, tenant.pk], tenant=tenant)
     if row is None:
         return policy_row(tenant).values(), db.expression_values(expressions, tenant=tenant)
     names = Policy.field_names()

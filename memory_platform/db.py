@@ -80,22 +80,20 @@ def register_adapters(sender: Any, connection: Any, **kwargs: Any) -> None:
     connection.connection.adapters.register_dumper(Vector, _VectorDumper)
 
 
-def fetch(
-    sql: str, params: Sequence[Any] = (), *, tenant: Any, prepare: bool = False
-) -> list[tuple[Any, ...]]:
+def fetch(sql: str, params: Sequence[Any] = (), *, tenant: Any) -> list[tuple[Any, ...]]:
     """All rows of ``sql`` (``%s`` placeholders), parameters sent apart, rows in binary, for
     ``tenant`` (a ``Tenant`` or its id; None for a statement on no tenant's table): refused before
     it is sent unless it is limited to that tenant (``memory_platform.tenancy.statements.check``).
 
     The statement passes through the connection's ``execute_wrappers`` as a Django cursor's would,
     so what watches every statement (the test suite's tenant check, docs/operations/scale-out.md)
-    sees these too. ``prepare``: prepared on the connection on its first run (``PREPARED``)."""
+    sees these too."""
     statements.check(sql, params, tenant)
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
 
         def execute(sql: str, params: Sequence[Any], many: bool, context: dict[str, Any]) -> None:
-            cursor.execute(sql, params, binary=True, prepare=prepare or None)
+            cursor.execute(sql, params, binary=True)
 
         executor: Callable[..., None] = execute
         for wrapper in reversed(connection.execute_wrappers):
@@ -117,10 +115,8 @@ def expression_values(expressions: Sequence[tuple[str, Sequence[Any]]], *, tenan
     return list(row or ())
 
 
-def fetch_one(
-    sql: str, params: Sequence[Any] = (), *, tenant: Any, prepare: bool = False
-) -> tuple[Any, ...] | None:
-    rows = fetch(sql, params, tenant=tenant, prepare=prepare)
+def fetch_one(sql: str, params: Sequence[Any] = (), *, tenant: Any) -> tuple[Any, ...] | None:
+    rows = fetch(sql, params, tenant=tenant)
     return rows[0] if rows else None
 
 

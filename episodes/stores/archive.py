@@ -307,6 +307,5 @@ def vectors_of(tenant: Tenant, hits: Sequence[ArchiveHit]) -> dict[tuple[int, in
         f"AND e.id = ANY(%s) AND e.embedding IS NOT NULL",
         [tenant_id, turn_ids, tenant_id, episode_ids],
         tenant=tenant,
-        prepare=True,
     )
     return {(int(e), int(t) if t is not None else None): db.vector_of(v) for e, t, v in rows}

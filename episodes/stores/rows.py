@@ -97,7 +97,6 @@ def rank_rows(tenant: Tenant, episode_ids: Sequence[int], *, mentioned: bool = F
         "WHERE e.tenant_id = %s AND e.id = ANY(%s) AND e.state <> %s",
         [LinkKind.SUPERSEDES.value, tenant.pk, list(episode_ids), State.FORGOTTEN.value],
         tenant=tenant,
-        prepare=True,
     )
     return [RankRow._make([*row[:10], row[10] if mentioned else (), row[read:]]) for row in rows]
 
@@ -162,7 +161,6 @@ def turns_with_similarity(
             1 + 2 * span,
         ],
         tenant=tenant,
-        prepare=True,
     )
     sims: dict[int, float] | None = None if vector is None else {}
     for *fields, sim in rows:
@@ -188,7 +186,6 @@ def turn_texts(tenant: Tenant, turn_ids: Sequence[int]) -> dict[int, TurnRow]:
         f"FROM {TURNS} WHERE tenant_id = %s AND id = ANY(%s)",
         [tenant.pk, list(turn_ids)],
         tenant=tenant,
-        prepare=True,
     )
     return {
         int(pk): TurnRow(

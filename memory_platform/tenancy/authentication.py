@@ -43,7 +43,7 @@ def key_for(secret: str) -> ApiKey | None:
     ``get_from_key``."""
     prefix, _, _ = secret.partition(".")
     sql, key_names, tenant_names = _key_query()
-    row = db.fetch_one(sql, [prefix], tenant=None, prepare=True)
+    row = db.fetch_one(sql, [prefix], tenant=None)
     if row is None:
         return None
     key = ApiKey.from_db(connection.alias, key_names, row[: len(key_names)])
