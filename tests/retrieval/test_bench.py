@@ -83,6 +83,32 @@ def test_bench_search_measures_every_path_and_leaves_nothing_behind(monkeypatch)
     assert Tenant.objects.count() == tenants  # the loaded tenant is dropped
 
 
+def test_bench_search_loads_a_server_served_as_make_run_serves_with_each_number_of_clients(monkeypatch):
+    """`--clients 1,3`: each load's searches per second and the latency its clients saw, on a web
+    server of make run's workers started for the loads; every answer a 200, nothing left behind."""
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "memory_platform.settings")
+    monkeypatch.setattr("retrieval.bench.load.WARM_UP_SECONDS", 1.0)
+    tenants = Tenant.objects.count()
+    out, err = io.StringIO(), io.StringIO()
+    call_command(
+        *("bench", "search", "--sizes", "200", "--queries", "5", "--json"),
+        *("--clients", "1,3", "--seconds", "2"),
+        stdout=out,
+        stderr=err,
+    )
+    loads = [r for r in json.loads(out.getvalue())["results"] if "clients" in r]
+    assert [(r["path"], r["clients"]) for r in loads] == [
+        ("HTTP load, 1 client(s), caller vector", 1),
+        ("HTTP load, 3 client(s), caller vector", 3),
+    ]
+    for row in loads:
+        assert row["failed"] == 0 and row["searches"] > 0 and row["seconds"] >= 2
+        assert row["searches_per_s"] == pytest.approx(row["searches"] / row["seconds"], rel=0.02)
+        assert 0 < row["p50"] <= row["p95"]
+    assert "2 workers, as make run serves" in err.getvalue()
+    assert Tenant.objects.count() == tenants
+
+
 @pytest.mark.parametrize("exact", [True, False])
 def test_the_floor_asks_postgres_for_a_tenant_with_packed_turns_on_either_plan(monkeypatch, exact):
     from datetime import timedelta
