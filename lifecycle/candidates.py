@@ -55,23 +55,26 @@ def propose_delete(tenant: Tenant, episode: Episode, score: float, now: datetime
         episode=episode,
         other=None,
         status=Candidate.Status.PROPOSED,
-        defaults={"score": score, "created_at": now},
+        defaults={"score": score, "created_at": now, "episode_version": episode.version},
     )
     return candidate.pk
 
 
-def withdraw_delete(tenant: Tenant, episode: Episode, now: datetime) -> list[int]:
-    """The episode is no longer a delete candidate (it was used or linked): close open proposals."""
-    open_ = Candidate.objects.filter(
-        tenant=tenant, kind=Candidate.Kind.DELETE, episode=episode, status=Candidate.Status.PROPOSED
-    )
+def withdraw_delete(
+    tenant: Tenant,
+    episode: Episode,
+    now: datetime,
+    *,
+    actor: str = "tick",
+    why: str = "no longer a delete candidate",
+) -> list[int]:
+    """The episode is no longer a delete candidate (it was used, linked or pinned): close its open
+    delete proposals, and the merges that would merge it away."""
+    open_ = Candidate.objects.filter(tenant=tenant, episode=episode, status=Candidate.Status.PROPOSED)
+    if actor == "tick":  # the tick's own decay: its merges stand
+        open_ = open_.filter(kind=Candidate.Kind.DELETE)
     ids = list(open_.values_list("pk", flat=True))
-    open_.update(
-        status=Candidate.Status.REJECTED,
-        decided_at=now,
-        decided_by="tick",
-        note="no longer a delete candidate",
-    )
+    open_.update(status=Candidate.Status.REJECTED, decided_at=now, decided_by=actor, note=why)
     return ids
 
 
@@ -148,6 +151,7 @@ def propose_merges(t: Tick) -> int:
                 similarity=similarity,
                 score=score[pk],
                 created_at=t.now,
+                episode_version=episodes[pk].version,
             )
             t.journal(
                 episodes[pk],
@@ -234,10 +238,12 @@ def _open(candidate: Candidate) -> Candidate:
 
 
 def candidate_approve(*, candidate: Candidate, now: datetime, actor: str) -> Candidate:
-    """Apply the proposal softly: forget (delete) or link merged_into + forget (merge); journaled."""
+    """Apply the proposal softly: forget (delete) or link merged_into + forget (merge); journaled.
+    Refused (``CandidateError``) when the memory is pinned, or changed since it was proposed."""
     with transaction.atomic():
         candidate = _open(candidate)
         tenant = candidate.tenant
+        _refuse_changed(candidate)
         after: dict[str, Any] = {"candidate_id": candidate.pk}
         if candidate.kind == Candidate.Kind.MERGE:
             survivor = Episode.objects.visible().filter(tenant=tenant).filter(pk=candidate.other_id).first()
@@ -273,6 +279,33 @@ def candidate_approve(*, candidate: Candidate, now: datetime, actor: str) -> Can
         candidate.decided_by = actor
         candidate.save(update_fields=["status", "decided_at", "decided_by"])
     return candidate
+
+
+def _refuse_changed(candidate: Candidate) -> None:
+    """A proposal is a judgement of the memory as it was: a pinned memory is never deleted or merged
+    away, and one used, restored or edited since (its version moved) is judged again by the next
+    tick, not decided on the old judgement."""
+    episode = Episode.objects.filter(
+        tenant_id=candidate.tenant_id, pk=candidate.episode_id
+    ).select_for_update()
+    found = episode.values_list("anchor", "version").first()
+    if found is None:
+        raise CandidateError(f"memory {candidate.episode.public_id} is gone")
+    anchor, version = found
+    named = candidate.episode.public_id
+    if anchor:
+        raise CandidateError(
+            f"memory {named} is pinned: a pinned memory is never {_undone(candidate)}; reject it"
+        )
+    if candidate.episode_version is not None and version != candidate.episode_version:
+        raise CandidateError(
+            f"memory {named} changed since it was proposed (used, restored or edited): reject it; "
+            "the next tick proposes it again if it still decays"
+        )
+
+
+def _undone(candidate: Candidate) -> str:
+    return "merged away" if candidate.kind == Candidate.Kind.MERGE else "deleted"
 
 
 def _refuse_across_owners(merged: Episode, survivor: Episode) -> None:

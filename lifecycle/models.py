@@ -138,6 +138,12 @@ class Candidate(TenantOwned):
     )
     similarity = models.FloatField(null=True, blank=True, help_text="merge only: embedding cosine")
     score = models.FloatField(help_text="the activity score when proposed; never used again")
+    episode_version = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="the memory's version when proposed: approving it after the memory changed (a use, a pin, "
+        "a restore, an edit) is refused",
+    )
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.PROPOSED)
     created_at = models.DateTimeField(default=timezone.now)
     decided_at = models.DateTimeField(null=True, blank=True)

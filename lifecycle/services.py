@@ -21,7 +21,7 @@ from django.db.models import Exists, F, Field
 from episodes import services as episode_services
 from episodes.curation import episode_for_update
 from episodes.language import language_of
-from episodes.models import Episode, Layer, Link, turn_hot_bytes
+from episodes.models import Episode, Layer, Link, State, turn_hot_bytes
 from episodes.services import (
     ConflictError,
     EpisodeNotFound,
@@ -34,10 +34,10 @@ from memory_platform.embeddings import embedder_for_language
 from memory_platform.tenancy.models import Tenant
 
 from . import moves, scoring, transitions
-from .candidates import CandidateError, candidate_approve, candidate_reject
+from .candidates import CandidateError, candidate_approve, candidate_reject, withdraw_delete
 from .compression import ColdShape, WarmShape, get_summariser
 from .forgetting import episode_restore, forget_apply, forget_journaled, forget_select, purge_forgotten
-from .hotsync import sync_episode
+from .hotsync import retag_state, sync_episode
 from .journal import EDITABLE_FIELDS, journal_record, snapshot
 from .models import MemoryPolicy, PolicyChange, read_policy
 from .policy_rows import policy_diff
@@ -164,12 +164,46 @@ def feedback_review(*, tenant: Tenant, used: Sequence[int], unused: Sequence[int
             Episode.objects.for_tenant(episode.tenant_id).filter(pk=episode.pk).update(
                 stability=stability, difficulty=difficulty, last_review_at=now
             )
+            if ratings[episode.pk] == "access":  # used: current again
+                revive(tenant, episode, now=now, actor="feedback", why="used")
             reviewed += 1
     counters.write(
         tenant.pk,
         counts=[("feedback", {"kind": "used"}, len(used)), ("feedback", {"kind": "unused"}, len(unused))],
     )
     return reviewed
+
+
+#: The states a use, a pin or an unpack brings back to active.
+REVIVED_FROM = frozenset({State.DORMANT, State.DELETE_CANDIDATE})
+
+
+def revive(tenant: Tenant, episode: Episode, *, now: datetime, actor: str, why: str) -> None:
+    """A memory that was used (``why``: "used", "unpack") or pinned ("pin") is current again: a
+    dormant memory or a delete candidate becomes active, and its open proposals are withdrawn
+    (``candidates.withdraw_delete``), journaled as the tick's own changes of state are (a rollback
+    restores the state and reopens the proposals). In the caller's transaction, on its locked row."""
+    old = episode.state
+    withdrawn = withdraw_delete(tenant, episode, now, actor=actor, why=f"{why}: the memory is current again")
+    if old not in REVIVED_FROM and not withdrawn:
+        return
+    after: dict[str, Any] = {"reason": why, "withdrawn_candidates": withdrawn}
+    if old in REVIVED_FROM:
+        Episode.objects.filter(tenant=tenant, pk=episode.pk).update(
+            state=State.ACTIVE, version=F("version") + 1
+        )
+        episode.state, after["state"] = State.ACTIVE, State.ACTIVE
+        if episode.layer == Layer.HOT:  # default search filters on its documents' state tag
+            transaction.on_commit(lambda: retag_state(episode, State.ACTIVE))
+    journal_record(
+        tenant=tenant,
+        episode=episode,
+        action="state" if old in REVIVED_FROM else "withdraw_candidates",
+        before={"state": old} if old in REVIVED_FROM else {},
+        after=after,
+        now=now,
+        actor=actor,
+    )
 
 
 def episode_pin(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime, actor: str) -> Episode:
@@ -200,6 +234,9 @@ def episode_pin(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime,
                 )
                 if episode.layer == Layer.HOT:  # its documents carry the anchor tag
                     transaction.on_commit(lambda: sync_episode(tenant.pk, episode.pk))
+            if anchor:  # a pinned memory never decays: it is no candidate for anything
+                episode.refresh_from_db(fields=["version", "anchor", "layer"])
+                revive(tenant, episode, now=now, actor=actor, why="pin")
     if promoted:  # back in hot: the quota makes room for it (an anchor itself never leaves)
         make_room(tenant=tenant, now=now, arriving=[episode.pk], actor=actor)
     episode.refresh_from_db()
@@ -214,6 +251,7 @@ def episode_unpack(*, tenant: Tenant, episode_id: int, now: datetime, actor: str
         previous = episode.layer
         if previous != Layer.HOT:
             transitions.promote(episode, reason="unpack", move=transitions.Move(now=now, actor=actor))
+        revive(tenant, episode, now=now, actor=actor, why="unpack")
     if previous != Layer.HOT:
         make_room(tenant=tenant, now=now, arriving=[episode.pk], actor=actor)
         counters.add(tenant.pk, "unpacks", layer=previous)
