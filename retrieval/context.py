@@ -11,7 +11,7 @@ order, each under its date.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -139,6 +139,8 @@ def context(
     framed = evidence.packed_framing(relevant, room, shapes.packed_text)
     for i in sorted(range(len(relevant)), key=lambda i: relevant[i].episode.first_occurred_at):
         hit, rows = relevant[i], picked[i]
+        if rows and written.says_already(f"{t.role}: {t.text}" for t in rows):
+            continue  # a copy of what the context holds (the same fact written twice): once is enough
         packed = shapes.packed_text(hit.episode) if hit.episode.pk in framed else ""
         while rows or packed:
             block = "\n  ".join(
@@ -241,6 +243,11 @@ class _Writer:
         if kept:
             lines = [_date_line(episode, ""), *shapes.turn_lines(turns, kept)]
             self.add(section, episode, "\n  ".join(lines))
+
+    def says_already(self, lines: Iterable[str]) -> bool:
+        """Whether every one of ``lines`` is in an item the sections hold already."""
+        held = [item["text"] for items in self.sections.values() for item in items]
+        return all(any(line in text for text in held) for line in lines)
 
     def text(self) -> str:
         parts = []

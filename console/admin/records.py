@@ -132,7 +132,9 @@ class JournalEntryAdmin(ReadOnlyAdmin):
                 done += len(rollback_journal_entry(entry, now=now, actor=admin_actor(request)))
             except RollbackError as exc:
                 self.message_user(request, f"entry {entry.pk}: {exc}", messages.WARNING)
-        self.message_user(request, f"rolled back {done} journal entr(ies)", messages.SUCCESS)
+        self.message_user(
+            request, f"rolled back {done} journal {'entry' if done == 1 else 'entries'}", messages.SUCCESS
+        )
         return None
 
 

@@ -100,3 +100,18 @@ def test_context_lists_memories_in_time_order_and_names_them_on_request(maya):
 def test_an_outsider_gets_no_context_from_the_tenant(maya, outsider):
     response = outsider.post("/api/v1/context", {"query": "shellfish allergy Maya", "max_tokens": 500})
     assert response.status_code == 200 and "shellfish" not in response.json()["text"]
+
+
+def test_a_fact_written_twice_appears_once_in_the_context(caller):
+    """The README's quick start and worked example once wrote the same fact twice, the second time
+    pinned: the context listed it as a standing fact and again as a relevant memory."""
+    text = "Ana is allergic to peanuts."
+    assert caller.post("/api/v1/memories", {"text": text, "user_id": "ana"}).status_code == 201
+    assert caller.post("/api/v1/memories", {"text": text, "user_id": "ana", "anchor": True}).status_code == 201
+    assert caller.post("/api/v1/memories", {"text": "Ana likes hiking.", "user_id": "ana"}).status_code == 201
+    body = caller.post(
+        "/api/v1/context", {"user_id": "ana", "query": "what is Ana allergic to?", "max_tokens": 500}
+    ).json()
+    assert body["text"].count(text) == 1, body["text"]
+    assert [item["text"].endswith(text) for item in body["sections"]["anchors"]] == [True]
+    assert all(text not in item["text"] for item in body["sections"]["relevant"])
