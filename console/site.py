@@ -45,7 +45,11 @@ COLUMNS = (
     ("hot", "Episodes", "hot / warm / cold"),
     ("hot_bytes", "Hot bytes", "against the policy's hot quota"),
     ("searches", "Searches", "over 24 hours, or since counting began while the tenant is younger"),
-    ("p95", "p95 (ms)", "search latency, 95th percentile, over the same period (in brackets: the searches it rests on)"),
+    (
+        "p95",
+        "p95 (ms)",
+        "search latency, 95th percentile, over the same period (in brackets: the searches it rests on)",
+    ),
     ("last_tick", "Last tick", "how long ago, and its status"),
     ("tick_errors", "Tick errors", "failed ticks and errors over 24 hours"),
     ("backlog", "Index backlog", "hot episodes waiting for the hot index"),

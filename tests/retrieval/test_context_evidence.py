@@ -107,7 +107,9 @@ def test_a_fact_written_twice_appears_once_in_the_context(caller):
     pinned: the context listed it as a standing fact and again as a relevant memory."""
     text = "Ana is allergic to peanuts."
     assert caller.post("/api/v1/memories", {"text": text, "user_id": "ana"}).status_code == 201
-    assert caller.post("/api/v1/memories", {"text": text, "user_id": "ana", "anchor": True}).status_code == 201
+    assert (
+        caller.post("/api/v1/memories", {"text": text, "user_id": "ana", "anchor": True}).status_code == 201
+    )
     assert caller.post("/api/v1/memories", {"text": "Ana likes hiking.", "user_id": "ana"}).status_code == 201
     body = caller.post(
         "/api/v1/context", {"user_id": "ana", "query": "what is Ana allergic to?", "max_tokens": 500}
