@@ -39,15 +39,21 @@ def _proposals(request: HttpRequest) -> Any:
 
 
 def side(episode: Episode) -> dict[str, Any]:
-    """One memory as a reviewer reads it: whose it is, its layer and state, its title, and its
-    packed headline and summary, or its first turns while it has none (a hot memory)."""
-    packed = [" ".join(text.split())[:TEXT_CHARS] for text in (episode.headline, episode.summary) if text]
+    """One memory as a reviewer reads it, its text once: whose it is, its layer and state in words,
+    its packed text (the summary, else the headline) or its first turns while it has none (a hot
+    memory), and its title when the text does not begin with it."""
+    packed = next((" ".join(text.split())[:TEXT_CHARS] for text in (episode.summary, episode.headline) if text), "")
     turns = [] if packed else list(episode.turns.order_by("seq").values("role", "text")[:TURNS])
+    turns = [{**turn, "text": " ".join(turn["text"].split())[:TEXT_CHARS]} for turn in turns]
+    first = packed or (turns[0]["text"] if turns else "")
+    title = " ".join(episode.title.split()).rstrip(".…")
     return {
         "episode": episode,
         "owner": owner_of(episode),
-        "packed": packed,
-        "turns": [{**turn, "text": " ".join(turn["text"].split())[:TEXT_CHARS]} for turn in turns],
+        "where": f"{episode.layer}, {episode.state.replace('_', ' ')}",
+        "title": "" if not title or first.startswith(title) else episode.title,
+        "packed": [packed] if packed else [],
+        "turns": turns,
     }
 
 

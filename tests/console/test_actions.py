@@ -42,6 +42,22 @@ def test_the_review_queue_shows_and_decides_only_the_operators_tenants(client, a
     assert client.get(f"/admin/review/{candidate_of(a).pk}/approve/").status_code == 405  # POST only
 
 
+def test_a_review_card_says_what_approving_would_do_and_shows_the_memory_once(client, a_and_b):
+    a, _ = a_and_b
+    candidate = candidate_of(a)
+    page = client.get("/admin/review/").content.decode()
+    # From the card's own row to the next card's.
+    card = page[page.index(f'data-candidate="{candidate.pk}"') :].split('class="mp-card review-row"')[0]
+    kind = "Delete" if candidate.kind == "delete" else "Merge"
+    assert f"{kind} {candidate.public_id}" in card  # the id the API and the list use
+    assert "Approving forgets this memory" in card or "Approving merges this memory away" in card
+    assert "Deleted (forgotten" not in card  # nothing is deleted before the decision
+    assert "delete_candidate" not in card  # states in words
+    episode = candidate.episode
+    shown = episode.summary or episode.headline or episode.turns.order_by("seq").first().text
+    assert card.count(" ".join(shown.split())[:80]) == 1
+
+
 def test_a_staff_user_without_the_permission_to_decide_sees_no_queue(client, a_and_b):
     a, _ = a_and_b
     user = operator_of(a, "reader")
