@@ -5,6 +5,7 @@ act on A's rows only, through the services (journaled), and refuse B's by id."""
 from __future__ import annotations
 
 import pytest
+from django.utils.html import escape
 
 from episodes.models import Episode
 from lifecycle.models import Candidate, JournalEntry, policy_row
@@ -55,7 +56,7 @@ def test_a_review_card_says_what_approving_would_do_and_shows_the_memory_once(cl
     assert "delete_candidate" not in card  # states in words
     episode = candidate.episode
     shown = episode.summary or episode.headline or episode.turns.order_by("seq").first().text
-    assert card.count(" ".join(shown.split())[:80]) == 1
+    assert card.count(escape(" ".join(shown.split())[:80])) == 1
 
 
 def test_a_staff_user_without_the_permission_to_decide_sees_no_queue(client, a_and_b):
