@@ -7,7 +7,7 @@ scores) and unpacks nothing; it is counted among the tenant's searches, as it is
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from typing import Any
 
 from django import forms
@@ -75,11 +75,52 @@ def playground(site: AdminSite, request: HttpRequest) -> TemplateResponse:
     return TemplateResponse(request, "admin/console/playground.html", context)
 
 
+#: A hit's ``explain`` (``episodes.shapes.Explain``) in the order it was ranked, each in words.
+EXPLAIN_ROWS = (
+    ("source", "found in"),
+    ("best_turn_id", "its best turn"),
+    ("vector_rank", "place in the vector list"),
+    ("text_rank", "place in the full-text list"),
+    ("rrf", "fused score (relevance)"),
+    ("hop", "reached by a hop"),
+    ("relevance", "relevance over the best hit's"),
+    ("recency", "priority: recency"),
+    ("frequency", "priority: frequency"),
+    ("anchor", "priority: pinned"),
+    ("priority", "priority"),
+    ("state", "state's weight"),
+    ("time", "lift of the time the query names"),
+    ("supersedes", "lift above a memory it supersedes"),
+    ("score", "score"),
+)
+
+
+def explain_rows(explain: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The explain's figures as (what, value) rows; a rank missing from a list is "not in it"."""
+    rows = []
+    for key, label in EXPLAIN_ROWS:
+        if key not in explain:
+            continue
+        value = explain[key]
+        if key == "hop" and isinstance(value, Mapping):
+            shown = f"{value.get('via', '')} {value.get('name', '')}".strip()
+        elif value is None:
+            shown = "not in it" if key.endswith("_rank") else "—"
+        elif isinstance(value, float):
+            shown = f"{value:.4g}"
+        else:
+            shown = str(value)
+        rows.append((label, shown))
+    return rows
+
+
 def _shown(hit: Any) -> dict[str, Any]:
     matched = set(hit.get("matched_turn_ids", []))
+    shown_turns = [{**turn, "matched": turn["id"] in matched} for turn in hit.get("turns", [])]
     return {
         **hit,
         "user": hit["scope"]["user_id"] or "—",
-        "shown_turns": [{**turn, "matched": turn["id"] in matched} for turn in hit.get("turns", [])],
-        "explain_json": json.dumps(hit.get("explain", {}), indent=2, sort_keys=True, default=str),
+        "shown_turns": shown_turns,
+        "any_matched": any(turn["matched"] for turn in shown_turns),
+        "explain_rows": explain_rows(hit.get("explain", {})),
     }

@@ -42,7 +42,9 @@ def side(episode: Episode) -> dict[str, Any]:
     """One memory as a reviewer reads it, its text once: whose it is, its layer and state in words,
     its packed text (the summary, else the headline) or its first turns while it has none (a hot
     memory), and its title when the text does not begin with it."""
-    packed = next((" ".join(text.split())[:TEXT_CHARS] for text in (episode.summary, episode.headline) if text), "")
+    packed = next(
+        (" ".join(text.split())[:TEXT_CHARS] for text in (episode.summary, episode.headline) if text), ""
+    )
     turns = [] if packed else list(episode.turns.order_by("seq").values("role", "text")[:TURNS])
     turns = [{**turn, "text": " ".join(turn["text"].split())[:TEXT_CHARS]} for turn in turns]
     first = packed or (turns[0]["text"] if turns else "")

@@ -375,7 +375,7 @@ def hit(
         body.update(layer_body(episode, turns, deep=False))
         if shown:
             body["turns"] = [turn_body(t) for t in shown]
-        body["snippet"] = bool(shown)
+        body["snippet"] = bool(shown) and len(shown) < len(turns)
     ids = {t.pk: t.public_id for t in (turns if shown is None else shown)}
     if matched and (episode.layer == Layer.HOT or ids.keys() & {t for t, _ in matched}):
         body["matched_turn_ids"] = [ids[t] for t, _ in matched if t in ids]

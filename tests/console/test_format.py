@@ -28,3 +28,28 @@ def test_step_names_read_as_words():
     assert words("hot_to_warm") == "hot → warm"
     assert words("merge_candidates") == "merge candidates"
     assert words("scored") == "scored"
+
+
+def test_a_hits_explain_reads_as_rows_in_words():
+    from console.playground import explain_rows
+
+    rows = dict(
+        explain_rows(
+            {
+                "source": "hot",
+                "vector_rank": None,
+                "text_rank": 2,
+                "rrf": 0.0312345,
+                "hop": {"via": "entity", "name": "Porto"},
+                "score": 0.05,
+            }
+        )
+    )
+    assert rows == {
+        "found in": "hot",
+        "place in the vector list": "not in it",
+        "place in the full-text list": "2",
+        "fused score (relevance)": "0.03123",
+        "reached by a hop": "entity Porto",
+        "score": "0.05",
+    }

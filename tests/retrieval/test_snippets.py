@@ -167,3 +167,15 @@ def test_turns_are_chosen_across_hits_by_their_own_relevance(caller):
     hits = caller.post("/api/v1/search", query).json()["results"]
     assert {h["episode_id"] for h in hits} == set(ids)
     assert all(len(h["turns"]) == 1 and "comet" in h["turns"][0]["text"] for h in hits)
+
+
+@pytest.mark.parametrize("layer", ["warm", "cold"])
+def test_a_packed_hit_that_shows_all_its_turns_is_no_snippet(caller, layer):
+    """A one-turn memory packed, found through its turn: the answer shows that turn, and says no
+    turn is left out (it said so once, beside the turn it showed)."""
+    episode_id = turns(caller, "s1", ["my brother is moving to Porto next spring"])["episode_ids"][0]
+    pack(episode_id, layer)
+    hit = hit_of(caller, episode_id, "brother moving to Porto")
+    assert hit["layer"] == layer and hit["turn_count"] == 1
+    assert [t["text"] for t in hit["turns"]] == ["my brother is moving to Porto next spring"]
+    assert hit["snippet"] is False
