@@ -22,9 +22,10 @@ def _label(value: float) -> str:
 
 def line_chart(title: str, series: Mapping[str, Sequence[Point]], unit: str = "") -> str:
     """An SVG line chart of ``series`` (name -> points in time order), with its title, the
-    values' range on the y axis, the first and last times on the x axis and a legend. A series of
-    one point is drawn as a dot; a chart without any point says why."""
-    drawn = {name: points for name, points in series.items() if points}
+    values' range on the y axis, the first and last times on the x axis and a legend. Points of
+    one time count once (the last); a series of one time is drawn as a dot, never as a line up
+    and down one instant; a chart without any point says why."""
+    drawn = {name: list(dict(points).items()) for name, points in series.items() if points}
     heading = f'<h3 class="chart-title">{escape(title)}</h3>'
     if not drawn:
         return f'{heading}<p class="chart-empty">Nothing to draw yet: no search or change since the first figures.</p>'

@@ -53,3 +53,17 @@ def test_a_hits_explain_reads_as_rows_in_words():
         "reached by a hop": "entity Porto",
         "score": "0.05",
     }
+
+
+def test_a_chart_draws_no_line_up_and_down_one_instant():
+    from datetime import UTC, datetime, timedelta
+
+    from console.charts import line_chart
+
+    at = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+    svg = line_chart("Episodes by layer", {"hot": [(at, 3.0), (at, 5.0)]})
+    assert svg.count("<circle") == 1 and 'points="' in svg
+    coordinates = svg.split('points="')[1].split('"')[0].split()
+    assert len(coordinates) == 1  # one time, one point: the later figure
+    two = line_chart("Episodes by layer", {"hot": [(at, 3.0), (at + timedelta(hours=1), 5.0)]})
+    assert "<circle" not in two and len(two.split('points="')[1].split('"')[0].split()) == 2
