@@ -267,6 +267,14 @@ def test_an_episode_page_is_read_only_with_its_buttons(browser_page, live_server
     assert episode.anchor and episode.layer == "warm"
     page.click('button[data-action="unpack"]')
     page.wait_for_selector('button[data-action="pack_warm"]')
+    asked: list[str] = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    page.click('button[data-action="forget"]')  # asked first: dismissed, nothing happens
+    page.wait_for_selector('button[data-action="forget"]')
+    assert asked and asked[0].startswith(f"Forget {episode.public_id}?")
+    episode.refresh_from_db()
+    assert episode.state != "forgotten"
+    page.once("dialog", lambda dialog: dialog.accept())
     page.click('button[data-action="forget"]')
     page.wait_for_selector('button[data-action="restore"]')
     episode.refresh_from_db()
