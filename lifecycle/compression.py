@@ -37,6 +37,18 @@ MIN_PROSE_BUDGET = 160  # the prose gets about two sentences, whatever else is k
 COLD_RATIO = 12  # warm -> cold aims at 10-20x: a cold shape says what it was about, little more
 MIN_COLD_CHARS = 28
 MIN_HEADLINE_CHARS = 20
+#: A headline keeps its whole sentence up to this width, and at least the sentence's first
+#: ``HEADLINE_MIN_WORDS`` words: "The bakery pays…" said nothing of the rent.
+HEADLINE_WHOLE = 60
+HEADLINE_MIN_WORDS = 6
+#: What opens a sentence without saying anything of the memory ("Hey Priya!", "Thanks, ", "Congratulations
+#: on "): left out of a headline when what follows still says something.
+_OPENING = re.compile(
+    r"^\s*(?:(?:hi|hey|hello|thanks|thank you|great|wow|oh|ok|okay|sure|yes|привет|спасибо|отлично|"
+    r"здравствуйте|你好|谢谢|好的)\b[^.!?,，。！？]{0,20}[.!?,，。！？]+\s*|(?:congratulations|congrats)\s+(?:on|for)\s+|"
+    r"поздравляю\s+с\s+|恭喜你?)",
+    re.IGNORECASE,
+)
 ENTITY_LIMIT = 1000  # high on purpose: every entity and decision is kept
 
 _STOPWORD_TEXT = (
@@ -293,8 +305,21 @@ class ExtractiveSummariser:
             if not tags or sum(map(width, tags)) + width(tag) <= target // 3:
                 tags.append(tag)
         budget = min(HEADLINE_MAX, max(MIN_HEADLINE_CHARS, target - sum(map(width, tags))))
-        # the summary is the episode's best sentence; a long one is cut on a word or clause boundary
-        return ColdShape(headline=shorten(warm.summary, budget), tags=tags)
+        return ColdShape(headline=headline_of(warm.summary, budget), tags=tags)
+
+
+def headline_of(summary: str, budget: int) -> str:
+    """The headline of a summary (the episode's best sentence) within ``budget``, cut on a word or
+    clause boundary: its opening left out when it only greets or thanks ("Congratulations on signing
+    the lease…" reads "Signing the lease…"), and never fewer than its first ``HEADLINE_MIN_WORDS``
+    words, and the whole sentence when it is at most ``HEADLINE_WHOLE`` wide (``HEADLINE_MAX`` at most)."""
+    text = " ".join(summary.split())
+    rest = _OPENING.sub("", text, count=1)
+    if rest != text and _words(rest) >= 4:
+        text = rest[:1].upper() + rest[1:]
+    whole = width(text) if width(text) <= HEADLINE_WHOLE else 0
+    words = width(" ".join(text.split()[:HEADLINE_MIN_WORDS])) + 1 if not _CJK.search(text) else 0
+    return shorten(text, min(HEADLINE_MAX, max(budget, whole, words)))
 
 
 class LlmSummariser:

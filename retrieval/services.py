@@ -337,12 +337,11 @@ def _narrow(ids: list[int], within: tuple[int, ...]) -> list[int]:
 def record_access(
     *, tenant: Tenant, episode_ids: list[int], now: datetime, traversed: list[int] | None = None
 ) -> None:
-    """Count a use, without read-modify-write: queued (``usage.recorder``) and written within
-    ``MEMORY_USAGE_FLUSH_SECONDS`` with the other uses of that moment, one UPDATE per tenant that
-    adds to the counters and bumps the version, so a migration in flight sees the touch and
-    abandons (docs/concepts.md#halt-on-touch). Inside a transaction it is written at once."""
+    """Count a use now, without read-modify-write: one UPDATE adds to the counters and bumps the
+    version, so a migration in flight sees the touch and abandons (docs/concepts.md#halt-on-touch). The API's search
+    queues its uses instead (`usage.recorder`), to be written after the answer."""
     if episode_ids or traversed:
-        usage.recorder.add(tenant.id, episode_ids, now, traversed or ())
+        usage.record(tenant.id, episode_ids, now, traversed or ())
 
 
 # --- feedback -------------------------------------------------------------------------------------

@@ -318,3 +318,42 @@ def test_llm_without_an_endpoint_falls_back_and_unknown_summariser_is_refused():
     assert isinstance(get_summariser(MemoryPolicy()), ExtractiveSummariser)
     with pytest.raises(ValueError, match="unknown summariser"):
         get_summariser(MemoryPolicy(summariser="magic"))
+
+
+BAKERY = [
+    "The bakery pays 1900 euros monthly rent.",
+    "Rent for the bakery is 1,900 euros per month.",
+    "Tomas prefers invoices as PDF by email.",
+    "Lena's oven is a Rational combi oven bought in 2019.",
+    "Congratulations on signing the lease at 1,750 a month!",
+    "Hey Lena! My supplier for rye flour is Kornmühle Weber in Leipzig, and they deliver every Tuesday "
+    "morning before six, which is why the first bake starts late that day.",
+    "Привет! Аренда пекарни стоит 1900 евро в месяц.",
+    "谢谢！面包店的房租是每月1900欧元。",
+]
+GREETINGS = (
+    "hey",
+    "hi ",
+    "hello",
+    "thanks",
+    "thank you",
+    "congratulations",
+    "congrats",
+    "привет",
+    "спасибо",
+    "谢谢",
+    "你好",
+    "恭喜",
+)
+
+
+@pytest.mark.parametrize("text", BAKERY)
+def test_a_cold_headline_says_what_the_memory_is_about(text):
+    summariser = ExtractiveSummariser()
+    cold = summariser.cold(summariser.warm([text]))
+    headline = cold.headline
+    assert not headline.lower().startswith(GREETINGS), headline
+    said = headline.rstrip("…").split()
+    assert len(said) >= 4 or (len(said) == 1 and len(headline) >= 10), headline  # Chinese: no spaces
+    if len(text) <= 60:
+        assert headline.endswith(text[-8:]) or headline.rstrip("…") in text, headline  # short: whole
