@@ -37,16 +37,18 @@ MIN_PROSE_BUDGET = 160  # the prose gets about two sentences, whatever else is k
 COLD_RATIO = 12  # warm -> cold aims at 10-20x: a cold shape says what it was about, little more
 MIN_COLD_CHARS = 28
 MIN_HEADLINE_CHARS = 20
-#: A headline keeps its whole sentence up to this width, and at least the sentence's first
-#: ``HEADLINE_MIN_WORDS`` words: "The bakery pays…" said nothing of the rent.
-HEADLINE_WHOLE = 60
-HEADLINE_MIN_WORDS = 6
+#: A headline keeps at least its sentence's first ``HEADLINE_MIN_WORDS`` words (CJK: twice as many
+#: characters), and never ends in fewer than four: "The bakery pays…" said nothing of the rent. More
+#: (a whole short sentence, 60 characters) took the cold tier's compression of LoCoMo's development
+#: half from 9.5 to 5.7 times its warm shape, with the same recall.
+HEADLINE_MIN_WORDS = 5
 #: What opens a sentence without saying anything of the memory ("Hey Priya!", "Thanks, ", "Congratulations
 #: on "): left out of a headline when what follows still says something.
 _OPENING = re.compile(
-    r"^\s*(?:(?:hi|hey|hello|thanks|thank you|great|wow|oh|ok|okay|sure|yes|привет|спасибо|отлично|"
-    r"здравствуйте|你好|谢谢|好的)\b[^.!?,，。！？]{0,20}[.!?,，。！？]+\s*|(?:congratulations|congrats)\s+(?:on|for)\s+|"
-    r"поздравляю\s+с\s+|恭喜你?)",
+    r"^\s*(?:(?:hi|hey|hello|thanks|thank you|great|wow|oh|ok|okay|sure|yes|got it|noted|understood|"
+    r"sounds good|alright|all right|привет|спасибо|отлично|здравствуйте|понял|поняла|хорошо|ладно|"
+    r"你好|谢谢|好的|明白|收到)(?:\s+[^\W\d_][\w'-]*){0,2}\s*[.!?,:;，。！？：；]+\s*"
+    r"|(?:congratulations|congrats)\s+(?:on|for)\s+|поздравляю\s+с\s+|恭喜你?)",
     re.IGNORECASE,
 )
 ENTITY_LIMIT = 1000  # high on purpose: every entity and decision is kept
@@ -312,14 +314,22 @@ def headline_of(summary: str, budget: int) -> str:
     """The headline of a summary (the episode's best sentence) within ``budget``, cut on a word or
     clause boundary: its opening left out when it only greets or thanks ("Congratulations on signing
     the lease…" reads "Signing the lease…"), and never fewer than its first ``HEADLINE_MIN_WORDS``
-    words, and the whole sentence when it is at most ``HEADLINE_WHOLE`` wide (``HEADLINE_MAX`` at most)."""
+    words (``HEADLINE_MAX`` at most)."""
     text = " ".join(summary.split())
     rest = _OPENING.sub("", text, count=1)
     if rest != text and _words(rest) >= 4:
         text = rest[:1].upper() + rest[1:]
-    whole = width(text) if width(text) <= HEADLINE_WHOLE else 0
-    words = width(" ".join(text.split()[:HEADLINE_MIN_WORDS])) + 1 if not _CJK.search(text) else 0
-    return shorten(text, min(HEADLINE_MAX, max(budget, whole, words)))
+    # At least the first words (CJK: characters), and more while the cut, on its best boundary,
+    # would leave fewer than four.
+    words = list(text) if _CJK.search(text) else text.split()
+    joiner = "" if _CJK.search(text) else " "
+    n = HEADLINE_MIN_WORDS * (2 if joiner == "" else 1)
+    while True:
+        limit = min(HEADLINE_MAX, max(budget, width(joiner.join(words[:n])) + 1))
+        headline = shorten(text, limit)
+        if _words(headline.rstrip("…")) >= 4 or limit >= HEADLINE_MAX or n >= len(words):
+            return headline
+        n += 1
 
 
 class LlmSummariser:
