@@ -307,7 +307,12 @@ class ExtractiveSummariser:
             if not tags or sum(map(width, tags)) + width(tag) <= target // 3:
                 tags.append(tag)
         budget = min(HEADLINE_MAX, max(MIN_HEADLINE_CHARS, target - sum(map(width, tags))))
-        return ColdShape(headline=headline_of(warm.summary, budget), tags=tags)
+        headline = headline_of(warm.summary, budget)
+        # A headline that grew past its budget to say something takes the room of the last tags
+        # (one always stays).
+        while len(tags) > 1 and width(headline) + sum(map(width, tags)) > max(target, MIN_COLD_CHARS):
+            tags.pop()
+        return ColdShape(headline=headline, tags=tags)
 
 
 def headline_of(summary: str, budget: int) -> str:
