@@ -67,11 +67,13 @@ def withdraw_delete(
     *,
     actor: str = "tick",
     why: str = "no longer a delete candidate",
+    merges: bool = False,
 ) -> list[int]:
     """The episode is no longer a delete candidate (it was used, linked or pinned): close its open
-    delete proposals, and the merges that would merge it away."""
+    delete proposals, and with ``merges`` those that would merge it away (a use or a pin makes the
+    memory current; the tick's own judgement of decay leaves its merges standing)."""
     open_ = Candidate.objects.filter(tenant=tenant, episode=episode, status=Candidate.Status.PROPOSED)
-    if actor == "tick":  # the tick's own decay: its merges stand
+    if not merges:
         open_ = open_.filter(kind=Candidate.Kind.DELETE)
     ids = list(open_.values_list("pk", flat=True))
     open_.update(status=Candidate.Status.REJECTED, decided_at=now, decided_by=actor, note=why)

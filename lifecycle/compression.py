@@ -310,7 +310,7 @@ class ExtractiveSummariser:
         headline = headline_of(warm.summary, budget)
         # A headline that grew past its budget to say something takes the room of the last tags
         # (one always stays).
-        while len(tags) > 1 and width(headline) + sum(map(width, tags)) > max(target, MIN_COLD_CHARS):
+        while len(tags) > 1 and width(headline) + sum(map(width, tags)) > target:
             tags.pop()
         return ColdShape(headline=headline, tags=tags)
 
@@ -322,7 +322,7 @@ def headline_of(summary: str, budget: int) -> str:
     words (``HEADLINE_MAX`` at most)."""
     text = " ".join(summary.split())
     rest = _OPENING.sub("", text, count=1)
-    if rest != text and _words(rest) >= 4:
+    if rest != text and _words(rest) >= HEADLINE_MIN_WORDS:
         text = rest[:1].upper() + rest[1:]
     # Within the budget, unless the cut leaves fewer than HEADLINE_MIN_WORDS: then a word more at a
     # time (CJK: characters), cut on its best boundary again.

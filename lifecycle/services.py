@@ -184,11 +184,14 @@ def revive(tenant: Tenant, episode: Episode, *, now: datetime, actor: str, why: 
     (``candidates.withdraw_delete``), journaled as the tick's own changes of state are (a rollback
     restores the state and reopens the proposals). In the caller's transaction, on its locked row."""
     old = episode.state
-    withdrawn = withdraw_delete(tenant, episode, now, actor=actor, why=f"{why}: the memory is current again")
-    if old not in REVIVED_FROM and not withdrawn:
+    reviving = old in REVIVED_FROM
+    withdrawn = withdraw_delete(
+        tenant, episode, now, actor=actor, why=f"{why}: the memory is current again", merges=True
+    )
+    if not reviving and not withdrawn:
         return
     after: dict[str, Any] = {"reason": why, "withdrawn_candidates": withdrawn}
-    if old in REVIVED_FROM:
+    if reviving:
         Episode.objects.filter(tenant=tenant, pk=episode.pk).update(
             state=State.ACTIVE, version=F("version") + 1
         )
@@ -198,8 +201,8 @@ def revive(tenant: Tenant, episode: Episode, *, now: datetime, actor: str, why: 
     journal_record(
         tenant=tenant,
         episode=episode,
-        action="state" if old in REVIVED_FROM else "withdraw_candidates",
-        before={"state": old} if old in REVIVED_FROM else {},
+        action="state" if reviving else "withdraw_candidates",
+        before={"state": old} if reviving else {},
         after=after,
         now=now,
         actor=actor,
@@ -235,7 +238,6 @@ def episode_pin(*, tenant: Tenant, episode_id: int, anchor: bool, now: datetime,
                 if episode.layer == Layer.HOT:  # its documents carry the anchor tag
                     transaction.on_commit(lambda: sync_episode(tenant.pk, episode.pk))
             if anchor:  # a pinned memory never decays: it is no candidate for anything
-                episode.refresh_from_db(fields=["version", "anchor", "layer"])
                 revive(tenant, episode, now=now, actor=actor, why="pin")
     if promoted:  # back in hot: the quota makes room for it (an anchor itself never leaves)
         make_room(tenant=tenant, now=now, arriving=[episode.pk], actor=actor)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TypedDict, cast
@@ -217,7 +216,7 @@ def search(
     # A time the query names lifts the episodes of that time (never a filter).
     timed = when.windows(query.text, now) if weights.time and query.text else []
     ranked = rank_candidates(
-        functools.partial(_rank_rows, tenant), episode_relevance, query.limit, weights, timed
+        functools.partial(rows.rank_rows, tenant), episode_relevance, query.limit, weights, timed
     )
     if degraded and ranking is not None:
         hot_ids = [pk for pk, row in ranked.items() if row.layer == Layer.HOT]
@@ -285,10 +284,6 @@ def _preamble(
     version = next(found) if archive_layers else None
     stale = [int(pk) for pk in next(found)] if search_hot else []
     return policy, None if version is None else int(version), stale
-
-
-def _rank_rows(tenant: Tenant, episode_ids: Sequence[int], mentioned: bool) -> list[rows.RankRow]:
-    return rows.rank_rows(tenant, episode_ids, mentioned=mentioned)
 
 
 def _count_search(

@@ -262,13 +262,15 @@ def run_search(
             bodies = [
                 json.dumps({"text": q, "limit": 10, "namespace": {"eq": "bench"}}) for q in queries[20:]
             ]
-            url = f"http://127.0.0.1:{ams.port}/v1/long-term-memory/search"
-            if clients:  # warmed up as the platform's side is, not counted
-                load.measure_load(url, bodies, max(clients), load.WARM_UP_SECONDS, headers={})
-            for n in clients:
-                log(f"AMS: {size}: {n} client(s) over HTTP for {seconds:g} s")
-                found = load.measure_load(url, bodies, n, seconds, headers={})
-                rows.append(load_row("AMS", "HTTP load, query embedded", size, found))
+            found = load.loads(
+                f"http://127.0.0.1:{ams.port}/v1/long-term-memory/search",
+                bodies,
+                list(clients),
+                seconds,
+                headers={},
+                log=lambda line, size=size: log(f"AMS: {size}: {line}"),
+            )
+            rows += [load_row("AMS", "HTTP load, query embedded", size, row) for row in found]
         finally:
             ams.stop()
             left = ams.drop()

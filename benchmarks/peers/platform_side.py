@@ -156,19 +156,18 @@ def _loads(size: int, secret: str, queries: list, clients: list[int], seconds: f
     from common import load_measurer, load_row
 
     load = load_measurer()
-    target = f"http://127.0.0.1:{server.port}/api/v1/search"
-    bodies = load.search_bodies(queries, with_vector=False)
-    auth = {"Authorization": f"Bearer {secret}"}
-    rows = []
     try:
-        load.measure_load(target, bodies, max(clients), load.WARM_UP_SECONDS, headers=auth)
-        for n in clients:
-            log(f"{size}: {n} client(s) over HTTP for {seconds:g} s, query embedded")
-            found = load.measure_load(target, bodies, n, seconds, headers=auth)
-            rows.append(load_row("platform", "HTTP load, query embedded", size, found))
+        found = load.loads(
+            f"http://127.0.0.1:{server.port}/api/v1/search",
+            load.search_bodies(queries, with_vector=False),
+            clients,
+            seconds,
+            headers={"Authorization": f"Bearer {secret}"},
+            log=lambda line: log(f"{size}: {line}, query embedded"),
+        )
     finally:
         server.stop()
-    return rows
+    return [load_row("platform", "HTTP load, query embedded", size, row) for row in found]
 
 
 def cmd_locomo(args: argparse.Namespace) -> dict:

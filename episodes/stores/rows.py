@@ -82,7 +82,7 @@ def hit_episode(row: RankRow) -> Episode:
 _SUPERSEDERS = f"ARRAY(SELECT l.src_id FROM {LINKS} l WHERE l.tenant_id = e.tenant_id AND l.dst_id = e.id AND l.kind = %s)"
 
 
-def rank_rows(tenant: Tenant, episode_ids: Sequence[int], *, mentioned: bool = False) -> list[RankRow]:
+def rank_rows(tenant: Tenant, episode_ids: Sequence[int], mentioned: bool = False) -> list[RankRow]:
     """What ranking reads of each of the tenant's visible candidates, in one statement, with the
     columns a hit shows (``RankRow.hit``); the days their turns mention with ``mentioned`` (a query
     that names a time)."""

@@ -30,9 +30,11 @@ NOT_DISTRIBUTED = {
     "tenancy_auditevent": "a table of the coordinator: a record outlives its tenant (tenant_id set to NULL)",
 }
 
-#: ``tenant_id`` compared with parameters: ``= %s``, ``= ANY(%s)``, ``IN (%s, ...)``.
-TENANT_PREDICATE = re.compile(r'\btenant_id"?\s*(?:=\s*(?:%s|ANY\s*\(\s*%s)|IN\s*\(\s*%s)', re.I)
-_IN_LIST = re.compile(r"\s*%s\s*(?:,\s*%s\s*)*\)")
+#: ``tenant_id`` compared with parameters: ``= %s``, ``= ANY(%s)`` (a list: group ``many``),
+#: ``IN (%s, ...)``.
+TENANT_PREDICATE = re.compile(
+    r'\btenant_id"?\s*(?:=\s*(?:%s|ANY\s*\(\s*(?P<many>%s))|IN\s*\(\s*%s(?:\s*,\s*%s)*)', re.I
+)
 _PLACEHOLDER = re.compile(r"%%|%s")
 
 
@@ -79,18 +81,12 @@ def reading(sql: str) -> Reading:
     positions = {
         m.start(): i for i, m in enumerate(m for m in _PLACEHOLDER.finditer(sql) if m.group() == "%s")
     }
-    slots: list[tuple[int, bool]] = []
-    for found in TENANT_PREDICATE.finditer(sql):
-        at = found.end() - 2  # the first placeholder's offset
-        many = found.group().upper().replace(" ", "").endswith("ANY(%S")
-        slots.append((positions[at], many))
-        listed = _IN_LIST.match(sql, at) if not many and "(" in found.group() else None
-        if listed:  # IN (%s, %s, ...): every one of them
-            slots.extend(
-                (positions[m.start()], False)
-                for m in _PLACEHOLDER.finditer(sql, at + 2, listed.end())
-                if m.group() == "%s"
-            )
+    slots = [
+        (positions[at], found.group("many") is not None)
+        for found in TENANT_PREDICATE.finditer(sql)
+        for at in positions
+        if found.start() <= at < found.end()
+    ]
     return Reading(tables, tuple(slots))
 
 

@@ -15,7 +15,7 @@ import http.client
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -80,6 +80,27 @@ def measure_load(
     }
 
 
+def loads(
+    url: str,
+    bodies: list[str],
+    clients: Sequence[int],
+    seconds: float,
+    *,
+    headers: dict[str, str],
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """``measure_load`` for each number of ``clients``, after a warm-up of the largest for
+    ``WARM_UP_SECONDS`` that is not counted (every web worker loads its model on its first request)."""
+    if not clients:
+        return []
+    measure_load(url, bodies, max(clients), WARM_UP_SECONDS, headers=headers)
+    found = []
+    for n in clients:
+        log(f"{n} client(s) over HTTP for {seconds:g} s: {url}")
+        found.append(measure_load(url, bodies, n, seconds, headers=headers))
+    return found
+
+
 def search_bodies(queries: Queries, *, with_vector: bool) -> list[str]:
     """``POST /search`` bodies of the queries, with their vectors or for the server to embed."""
     return [
@@ -98,23 +119,21 @@ def load_rows(
     log: Callable[[str], None],
 ) -> list[dict[str, Any]]:
     """One row of `bench search`'s results for each number of clients."""
-    rows = []
-    bodies = search_bodies(queries, with_vector=True)
-    auth = {"Authorization": f"Bearer {secret}"}
-    target = url.rstrip("/") + "/api/v1/search"
-    measure_load(target, bodies, max(clients), WARM_UP_SECONDS, headers=auth)
-    for n in clients:
-        log(f"  {n} client(s) searching {url} for {seconds:g} s")
-        found = measure_load(target, bodies, n, seconds, headers=auth)
-        rows.append(
-            {
-                "episodes": size,
-                "path": f"HTTP load, {n} client(s), caller vector",
-                "queries": found["searches"],
-                "p50": found["p50"],
-                "p95": found["p95"],
-                "p99": "",
-                **found,
-            }
-        )
-    return rows
+    found = loads(
+        url.rstrip("/") + "/api/v1/search",
+        search_bodies(queries, with_vector=True),
+        clients,
+        seconds,
+        headers={"Authorization": f"Bearer {secret}"},
+        log=lambda line: log(f"  {line}"),
+    )
+    return [
+        {
+            "episodes": size,
+            "path": f"HTTP load, {row['clients']} client(s), caller vector",
+            "queries": row["searches"],
+            "p99": "",
+            **row,
+        }
+        for row in found
+    ]
